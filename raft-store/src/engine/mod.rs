@@ -1,0 +1,135 @@
+//! The storage-engine trait the log store and state machine are written
+//! against, so their logic exists once and runs on RocksDB in production and
+//! in memory in unit and simulation tests.
+//!
+//! The trait is deliberately small: point reads, bounded range scans, atomic
+//! write batches with a sync flag, and whole-engine images for snapshots.
+
+pub mod memory;
+pub mod rocks;
+
+use crate::error::EngineError;
+
+/// A keyspace inside an engine (a RocksDB column family).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Space {
+    /// Raft log entries by index.
+    Log,
+    /// Vote, committed and last-purged log ids.
+    RaftMeta,
+    /// Stored entries by namespace and key.
+    Entries,
+    /// Expiry time → entry key, for sweeps.
+    Expiry,
+    /// Op id → dedup record.
+    Dedup,
+    /// Dedup record time → op id, for pruning.
+    DedupByTime,
+    /// Last applied log id, membership and the apply clock.
+    StateMeta,
+}
+
+impl Space {
+    pub const ALL: [Space; 7] = [
+        Space::Log,
+        Space::RaftMeta,
+        Space::Entries,
+        Space::Expiry,
+        Space::Dedup,
+        Space::DedupByTime,
+        Space::StateMeta,
+    ];
+
+    /// The column family name; stable on disk.
+    pub fn name(self) -> &'static str {
+        match self {
+            Space::Log => "log",
+            Space::RaftMeta => "raft_meta",
+            Space::Entries => "entries",
+            Space::Expiry => "expiry",
+            Space::Dedup => "dedup",
+            Space::DedupByTime => "dedup_by_time",
+            Space::StateMeta => "state_meta",
+        }
+    }
+}
+
+/// One change inside a write batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOp {
+    Put { space: Space, key: Vec<u8>, value: Vec<u8> },
+    Delete { space: Space, key: Vec<u8> },
+    /// Deletes `[start, end)`.
+    DeleteRange { space: Space, start: Vec<u8>, end: Vec<u8> },
+}
+
+/// Changes applied atomically: all of them or none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    pub ops: Vec<WriteOp>,
+}
+
+impl WriteBatch {
+    pub fn put(&mut self, space: Space, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.ops.push(WriteOp::Put { space, key: key.into(), value: value.into() });
+    }
+
+    pub fn delete(&mut self, space: Space, key: impl Into<Vec<u8>>) {
+        self.ops.push(WriteOp::Delete { space, key: key.into() });
+    }
+
+    pub fn delete_range(&mut self, space: Space, start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) {
+        self.ops.push(WriteOp::DeleteRange { space, start: start.into(), end: end.into() });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// Whether a write must be on stable storage before `write` returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// The write-ahead log is fsynced before returning.
+    Synced,
+    /// The write survives a process crash but may be lost with the machine.
+    Buffered,
+}
+
+/// Key-value pairs returned by a scan, in key order.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The engine interface. Every method is synchronous and short; callers
+/// bound scans with `limit`.
+pub trait Engine: Send + Sync + 'static {
+    /// A point-in-time image of the whole engine, cheap to take.
+    type Checkpoint: Send + Sync + 'static;
+
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
+
+    /// Pairs with `start <= key < end` (no end: to the end of the space), in
+    /// key order, at most `limit` of them.
+    fn scan(&self, space: Space, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Pairs, EngineError>;
+
+    /// The last pair of a space, if any.
+    fn last(&self, space: Space) -> Result<Option<(Vec<u8>, Vec<u8>)>, EngineError>;
+
+    fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), EngineError>;
+
+    /// Takes a consistent image of every space as of the last write.
+    fn checkpoint(&self) -> Result<Self::Checkpoint, EngineError>;
+
+    /// Turns an image into bytes another node can restore. Slow; runs off the
+    /// apply path.
+    fn pack(checkpoint: Self::Checkpoint) -> Result<Vec<u8>, EngineError>;
+
+    /// Replaces the whole contents of the engine with a packed image, durably.
+    fn restore(&self, packed: &[u8]) -> Result<(), EngineError>;
+
+    /// Stores the current snapshot (meta and packed image) durably, replacing
+    /// the previous one.
+    fn save_snapshot(&self, bytes: &[u8]) -> Result<(), EngineError>;
+
+    /// The snapshot last stored by `save_snapshot`.
+    fn load_snapshot(&self) -> Result<Option<Vec<u8>>, EngineError>;
+}

@@ -1,0 +1,28 @@
+//! Lode's replicated state: the command model, its deterministic apply, and
+//! openraft log and state-machine storage over a small storage-engine trait.
+//!
+//! This crate knows nothing of the network. Everything that reaches it comes
+//! as a [`Command`] inside a Raft log entry, and everything it decides is a
+//! pure function of the stored state, the command and the command's log id.
+
+pub mod apply;
+pub mod command;
+pub mod engine;
+pub mod entry;
+pub mod error;
+pub mod keys;
+pub mod limits;
+pub mod log_store;
+pub mod reader;
+pub mod snapshot;
+pub mod state_machine;
+pub mod type_config;
+
+pub use command::{Command, CommandOutcome, CommandV1, Encoding, OpId, Operation, OperationResult, Rejection};
+pub use engine::{memory::MemoryEngine, rocks::RocksEngine, Engine};
+pub use entry::{SourceId, StoredEntry};
+pub use error::EngineError;
+pub use log_store::LogStore;
+pub use reader::StateReader;
+pub use state_machine::StateMachineStore;
+pub use type_config::{NodeId, TypeConfig};

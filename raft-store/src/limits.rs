@@ -1,0 +1,77 @@
+//! Size limits on everything a client can send, checked at every boundary
+//! (SDK, server, apply) so a bad request is refused before it is proposed.
+//!
+//! The defaults follow the Deno KV limits where the seeds name one.
+
+/// Longest namespace name, in bytes.
+pub const NAMESPACE_BYTES_MAX: usize = 256;
+/// Longest key, in bytes (Deno KV's limit).
+pub const KEY_BYTES_MAX: usize = 2048;
+/// Largest value, in bytes (Deno KV's limit).
+pub const VALUE_BYTES_MAX: usize = 65_536;
+/// Most operations in one atomic command (Deno KV's mutation limit).
+pub const OPERATIONS_PER_COMMAND_MAX: usize = 1000;
+/// Most expired entries one sweep command removes, so a sweep stays a small
+/// log entry and a short apply.
+pub const SWEEP_ENTRIES_MAX: u32 = 1000;
+/// How long a deduplicated response is kept, in log time.
+pub const DEDUP_RETENTION_MICROS: u64 = 10 * 60 * 1_000_000;
+/// Most dedup records one apply prunes, so pruning never makes one apply slow.
+pub const DEDUP_PRUNE_PER_APPLY_MAX: usize = 64;
+
+/// Checks a namespace name against its limit; the message names the field.
+pub fn check_namespace(namespace: &str) -> Result<(), String> {
+    if namespace.is_empty() {
+        return Err("namespace must not be empty".to_owned());
+    }
+    if namespace.len() > NAMESPACE_BYTES_MAX {
+        return Err(format!(
+            "namespace is {} bytes, over the limit namespace_bytes_max = {NAMESPACE_BYTES_MAX}",
+            namespace.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a key against its limit; the message names the field.
+pub fn check_key(key: &[u8]) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("key must not be empty".to_owned());
+    }
+    if key.len() > KEY_BYTES_MAX {
+        return Err(format!(
+            "key is {} bytes, over the limit key_bytes_max = {KEY_BYTES_MAX}",
+            key.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a value against its limit; the message names the field.
+pub fn check_value(value: &[u8]) -> Result<(), String> {
+    if value.len() > VALUE_BYTES_MAX {
+        return Err(format!(
+            "value is {} bytes, over the limit value_bytes_max = {VALUE_BYTES_MAX}",
+            value.len()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_name_the_field_and_the_limit() {
+        assert!(check_namespace("").unwrap_err().contains("namespace"));
+        let long = "n".repeat(NAMESPACE_BYTES_MAX + 1);
+        assert!(check_namespace(&long).unwrap_err().contains("namespace_bytes_max"));
+        assert!(check_namespace(&"n".repeat(NAMESPACE_BYTES_MAX)).is_ok());
+        assert!(check_key(&[]).unwrap_err().contains("key"));
+        assert!(check_key(&vec![1; KEY_BYTES_MAX + 1]).unwrap_err().contains("key_bytes_max"));
+        assert!(check_key(&vec![1; KEY_BYTES_MAX]).is_ok());
+        assert!(check_value(&vec![1; VALUE_BYTES_MAX + 1]).unwrap_err().contains("value_bytes_max"));
+        assert!(check_value(&[]).is_ok());
+    }
+}

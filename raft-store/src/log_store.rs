@@ -1,0 +1,188 @@
+//! openraft's log storage over an [`Engine`].
+//!
+//! Durability rules, each of which was a real bug elsewhere:
+//! - `append` writes all entries in one batch and syncs it before calling
+//!   the flush callback;
+//! - vote writes are synced;
+//! - `last_purged` is written in the same batch as the purge's range delete.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::{Entry, LogId, OptionalSend, RaftLogId, StorageError, StorageIOError, Vote};
+
+use crate::engine::{Durability, Engine, Space, WriteBatch};
+use crate::error::{decode, encode, EngineError};
+use crate::keys::{self, meta};
+use crate::type_config::{NodeId, TypeConfig};
+
+/// Most log entries one read returns; openraft asks again for the rest.
+const LOG_READ_ENTRIES_MAX: usize = 4096;
+
+/// The Raft log and vote of one node. Clones share the engine.
+pub struct LogStore<E: Engine> {
+    engine: Arc<E>,
+}
+
+impl<E: Engine> Clone for LogStore<E> {
+    fn clone(&self) -> Self {
+        Self { engine: self.engine.clone() }
+    }
+}
+
+impl<E: Engine> Debug for LogStore<E> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("LogStore")
+    }
+}
+
+pub(crate) fn read_error(error: EngineError) -> StorageError<NodeId> {
+    StorageIOError::read(&error).into()
+}
+
+pub(crate) fn write_error(error: EngineError) -> StorageError<NodeId> {
+    StorageIOError::write(&error).into()
+}
+
+impl<E: Engine> LogStore<E> {
+    pub fn new(engine: Arc<E>) -> Self {
+        Self { engine }
+    }
+
+    fn read_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError<NodeId>> {
+        match self.engine.get(Space::RaftMeta, key).map_err(read_error)? {
+            Some(bytes) => Ok(Some(decode("raft meta", &bytes).map_err(read_error)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn write_meta<T: serde::Serialize>(&self, key: &[u8], value: &T, durability: Durability) -> Result<(), StorageError<NodeId>> {
+        let mut batch = WriteBatch::default();
+        batch.put(Space::RaftMeta, key.to_vec(), encode("raft meta", value).map_err(write_error)?);
+        self.engine.write(batch, durability).map_err(write_error)
+    }
+}
+
+fn index_bounds(range: &impl RangeBounds<u64>) -> Option<(u64, Option<u64>)> {
+    let start = match range.start_bound() {
+        Bound::Included(start) => *start,
+        Bound::Excluded(start) => start.checked_add(1)?,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(end) => end.checked_add(1),
+        Bound::Excluded(end) => Some(*end),
+        Bound::Unbounded => None,
+    };
+    Some((start, end))
+}
+
+impl<E: Engine> RaftLogReader<TypeConfig> for LogStore<E> {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        let Some((start, end)) = index_bounds(&range) else {
+            return Ok(Vec::new());
+        };
+        let end_key = end.map(keys::log_key);
+        let pairs = self
+            .engine
+            .scan(Space::Log, &keys::log_key(start), end_key.as_ref().map(|key| key.as_slice()), LOG_READ_ENTRIES_MAX)
+            .map_err(read_error)?;
+        let mut entries = Vec::with_capacity(pairs.len());
+        for (key, value) in pairs {
+            let entry: Entry<TypeConfig> = decode("log entry", &value).map_err(read_error)?;
+            // Checked after reading back: the key and the entry must agree,
+            // or the log is not what this node wrote.
+            if keys::log_index(&key) != Some(entry.log_id.index) {
+                return Err(read_error(EngineError::corrupt("log entry", format!("key {key:?} holds {}", entry.log_id))));
+            }
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+}
+
+impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+        let last_purged_log_id: Option<LogId<NodeId>> = self.read_meta(meta::LAST_PURGED)?;
+        let last_log_id = match self.engine.last(Space::Log).map_err(read_error)? {
+            Some((_, value)) => {
+                let entry: Entry<TypeConfig> = decode("log entry", &value).map_err(read_error)?;
+                Some(*entry.get_log_id())
+            }
+            None => last_purged_log_id,
+        };
+        Ok(LogState { last_purged_log_id, last_log_id })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.write_meta(meta::VOTE, vote, Durability::Synced)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        self.read_meta(meta::VOTE)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
+        // Buffered: a committed id lost with the machine is learned again
+        // from the leader; it only lets a restarted node re-apply sooner.
+        self.write_meta(meta::COMMITTED, &committed, Durability::Buffered)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        Ok(self.read_meta::<Option<LogId<NodeId>>>(meta::COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut batch = WriteBatch::default();
+        for entry in entries {
+            let bytes = encode("log entry", &entry).map_err(write_error)?;
+            batch.put(Space::Log, keys::log_key(entry.log_id.index).to_vec(), bytes);
+        }
+        // One batch, synced before the callback: openraft counts the entries
+        // as persisted (and may commit them) as soon as it is called.
+        let result = self.engine.write(batch, Durability::Synced);
+        match result {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(error) => {
+                let message = error.to_string();
+                callback.log_io_completed(Err(std::io::Error::other(message)));
+                Err(write_error(error))
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut batch = WriteBatch::default();
+        batch.delete_range(Space::Log, keys::log_key(log_id.index).to_vec(), keys::log_key(u64::MAX).to_vec());
+        batch.delete(Space::Log, keys::log_key(u64::MAX).to_vec());
+        self.engine.write(batch, Durability::Synced).map_err(write_error)
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        // `last_purged` and the range delete share one batch, so no reader
+        // ever sees a log whose start is unexplained.
+        let mut batch = WriteBatch::default();
+        batch.put(Space::RaftMeta, meta::LAST_PURGED.to_vec(), encode("raft meta", &log_id).map_err(write_error)?);
+        let end = log_id.index.saturating_add(1);
+        batch.delete_range(Space::Log, keys::log_key(0).to_vec(), keys::log_key(end).to_vec());
+        self.engine.write(batch, Durability::Synced).map_err(write_error)
+    }
+}

@@ -1,0 +1,225 @@
+//! openraft's state machine over an [`Engine`]: applies committed entries,
+//! builds snapshots from engine checkpoints and installs received ones.
+//!
+//! State-machine data and `last_applied` always go in one write batch, so a
+//! crash never leaves state that disagrees with the position it claims.
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageError, StoredMembership,
+};
+use tokio::sync::watch;
+
+use crate::apply::{apply_command, Position};
+use crate::command::{Command, CommandOutcome};
+use crate::engine::{Durability, Engine, Space, WriteBatch};
+use crate::error::{decode, encode, EngineError};
+use crate::keys::meta;
+use crate::log_store::{read_error, write_error};
+use crate::reader::StateReader;
+use crate::snapshot::StoredSnapshot;
+use crate::type_config::{NodeId, TypeConfig};
+
+type Membership = StoredMembership<NodeId, BasicNode>;
+
+/// The applied state of one node.
+pub struct StateMachineStore<E: Engine> {
+    engine: Arc<E>,
+    applied: watch::Sender<u64>,
+    snapshot_sequence: u64,
+}
+
+impl<E: Engine> std::fmt::Debug for StateMachineStore<E> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("StateMachineStore")
+    }
+}
+
+fn read_meta<E: Engine, T: serde::de::DeserializeOwned>(engine: &E, key: &[u8]) -> Result<Option<T>, EngineError> {
+    match engine.get(Space::StateMeta, key)? {
+        Some(bytes) => Ok(Some(decode("state meta", &bytes)?)),
+        None => Ok(None),
+    }
+}
+
+fn applied_log_id<E: Engine>(engine: &E) -> Result<Option<LogId<NodeId>>, EngineError> {
+    Ok(read_meta::<E, Option<LogId<NodeId>>>(engine, meta::LAST_APPLIED)?.flatten())
+}
+
+impl<E: Engine> StateMachineStore<E> {
+    /// Opens the state machine over `engine`. When the stored snapshot is
+    /// newer than the applied state (buffered writes lost with the machine
+    /// after the log was purged), the state is restored from the snapshot so
+    /// that it never falls behind the log's start.
+    pub fn open(engine: Arc<E>) -> Result<Self, EngineError> {
+        let mut applied = applied_log_id(engine.as_ref())?;
+        if let Some(bytes) = engine.load_snapshot()? {
+            let snapshot = StoredSnapshot::from_bytes(&bytes)?;
+            if snapshot.meta.last_log_id > applied {
+                tracing::warn!(
+                    snapshot = ?snapshot.meta.last_log_id,
+                    applied = ?applied,
+                    "state is older than the stored snapshot; restoring the snapshot"
+                );
+                engine.restore(&snapshot.image)?;
+                applied = applied_log_id(engine.as_ref())?;
+            }
+        }
+        let index = applied.map(|log_id| log_id.index).unwrap_or(0);
+        let (sender, _) = watch::channel(index);
+        Ok(Self { engine, applied: sender, snapshot_sequence: 0 })
+    }
+
+    /// A read handle that follows this state machine's applied index.
+    pub fn reader(&self) -> StateReader<E> {
+        StateReader::new(self.engine.clone(), self.applied.subscribe())
+    }
+
+    fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<CommandOutcome, EngineError> {
+        let position = Position { term: entry.log_id.leader_id.term, index: entry.log_id.index };
+        let clock: u64 = read_meta(self.engine.as_ref(), meta::CLOCK)?.unwrap_or(0);
+        let mut batch = WriteBatch::default();
+        let outcome = match &entry.payload {
+            EntryPayload::Normal(command) => {
+                let Command::V1(v1) = command;
+                let time_micros = v1.time_micros.max(clock);
+                batch.put(Space::StateMeta, meta::CLOCK.to_vec(), encode("state meta", &time_micros)?);
+                apply_command(self.engine.as_ref(), &mut batch, command, position, time_micros)?
+            }
+            EntryPayload::Membership(membership) => {
+                let stored = Membership::new(Some(entry.log_id), membership.clone());
+                batch.put(Space::StateMeta, meta::MEMBERSHIP.to_vec(), encode("state meta", &stored)?);
+                CommandOutcome::empty(position, clock)
+            }
+            EntryPayload::Blank => CommandOutcome::empty(position, clock),
+        };
+        batch.put(Space::StateMeta, meta::LAST_APPLIED.to_vec(), encode("state meta", &Some(entry.log_id))?);
+        // Buffered: the log is synced, so a lost apply is re-applied from it
+        // on restart; `open` covers the case where the log was purged.
+        self.engine.write(batch, Durability::Buffered)?;
+        Ok(outcome)
+    }
+}
+
+impl CommandOutcome {
+    fn empty(position: Position, time_micros: u64) -> Self {
+        CommandOutcome { index: position.index, term: position.term, time_micros, result: Ok(Vec::new()), deduplicated: false }
+    }
+}
+
+/// Builds one snapshot from a checkpoint taken when the builder was made.
+pub struct SnapshotBuilder<E: Engine> {
+    engine: Arc<E>,
+    taken: Result<(E::Checkpoint, SnapshotMeta<NodeId, BasicNode>), String>,
+}
+
+impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let taken = std::mem::replace(&mut self.taken, Err("snapshot builder used twice".to_owned()));
+        let (checkpoint, meta) = taken.map_err(|message| {
+            read_error(EngineError::io("taking a checkpoint", std::io::Error::other(message)))
+        })?;
+        let engine = self.engine.clone();
+        let stored = tokio::task::spawn_blocking(move || -> Result<StoredSnapshot, EngineError> {
+            let image = E::pack(checkpoint)?;
+            let stored = StoredSnapshot { meta, image };
+            engine.save_snapshot(&stored.to_bytes()?)?;
+            Ok(stored)
+        })
+        .await
+        .map_err(|error| read_error(EngineError::io("packing a snapshot", std::io::Error::other(error.to_string()))))?
+        .map_err(write_error)?;
+        tracing::info!(snapshot = %stored.meta.snapshot_id, bytes = stored.image.len(), "built snapshot");
+        Ok(Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(stored.image)) })
+    }
+}
+
+impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
+    type SnapshotBuilder = SnapshotBuilder<E>;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+        let applied = applied_log_id(self.engine.as_ref()).map_err(read_error)?;
+        let membership = read_meta(self.engine.as_ref(), meta::MEMBERSHIP).map_err(read_error)?.unwrap_or_default();
+        Ok((applied, membership))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandOutcome>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut outcomes = Vec::new();
+        let mut last_index = None;
+        for entry in entries {
+            outcomes.push(self.apply_entry(&entry).map_err(write_error)?);
+            last_index = Some(entry.log_id.index);
+        }
+        if let Some(index) = last_index {
+            self.applied.send_replace(index);
+        }
+        Ok(outcomes)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        // The checkpoint and the meta are read here, between two applies, so
+        // the image and its last log id always agree.
+        let engine = self.engine.clone();
+        self.snapshot_sequence += 1;
+        let sequence = self.snapshot_sequence;
+        let taken = (|| -> Result<_, EngineError> {
+            let last_log_id = applied_log_id(engine.as_ref())?;
+            let last_membership: Membership = read_meta(engine.as_ref(), meta::MEMBERSHIP)?.unwrap_or_default();
+            let checkpoint = engine.checkpoint()?;
+            let snapshot_id = match last_log_id {
+                Some(log_id) => format!("{}-{}-{sequence}", log_id.leader_id.term, log_id.index),
+                None => format!("0-0-{sequence}"),
+            };
+            Ok((checkpoint, SnapshotMeta { last_log_id, last_membership, snapshot_id }))
+        })()
+        .map_err(|error| error.to_string());
+        SnapshotBuilder { engine, taken }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let image = snapshot.into_inner();
+        let engine = self.engine.clone();
+        let stored = StoredSnapshot { meta: meta.clone(), image };
+        let installed = tokio::task::spawn_blocking(move || -> Result<Option<LogId<NodeId>>, EngineError> {
+            engine.restore(&stored.image)?;
+            engine.save_snapshot(&stored.to_bytes()?)?;
+            applied_log_id(engine.as_ref())
+        })
+        .await
+        .map_err(|error| write_error(EngineError::io("installing a snapshot", std::io::Error::other(error.to_string()))))?
+        .map_err(write_error)?;
+        // Checked after restoring: the image must be the state the meta names.
+        if installed != meta.last_log_id {
+            return Err(write_error(EngineError::corrupt(
+                "snapshot",
+                format!("image is at {installed:?} but its meta says {:?}", meta.last_log_id),
+            )));
+        }
+        self.applied.send_replace(meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0));
+        tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        let Some(bytes) = self.engine.load_snapshot().map_err(read_error)? else {
+            return Ok(None);
+        };
+        let stored = StoredSnapshot::from_bytes(&bytes).map_err(read_error)?;
+        Ok(Some(Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(stored.image)) }))
+    }
+}

@@ -1,0 +1,184 @@
+//! The state machine through openraft's traits: deterministic apply, dedup,
+//! expiry and sweeps, rejections, snapshots between engines, and recovery
+//! from a snapshot after a crash loses buffered state.
+
+use std::sync::Arc;
+
+use lode_raft_store::command::{Command, CommandV1, Encoding, OpId, Operation, OperationResult, Rejection};
+use lode_raft_store::engine::Engine;
+use lode_raft_store::{CommandOutcome, MemoryEngine, RocksEngine, StateMachineStore, TypeConfig};
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+use openraft::testing::log_id;
+use openraft::{Entry, EntryPayload};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn set(key: &str, value: &str, expires_at_micros: Option<u64>) -> Operation {
+    Operation::Set {
+        namespace: "ns".to_owned(),
+        key: key.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec(),
+        encoding: Encoding::Json,
+        expires_at_micros,
+    }
+}
+
+fn delete(key: &str) -> Operation {
+    Operation::Delete { namespace: "ns".to_owned(), key: key.as_bytes().to_vec() }
+}
+
+fn entry(index: u64, time_micros: u64, op_id: Option<u128>, operations: Vec<Operation>) -> Entry<TypeConfig> {
+    Entry {
+        log_id: log_id(2, 1, index),
+        payload: EntryPayload::Normal(Command::V1(CommandV1 { op_id: op_id.map(OpId), time_micros, operations })),
+    }
+}
+
+async fn apply_one<E: Engine>(
+    state: &mut StateMachineStore<E>,
+    entry: Entry<TypeConfig>,
+) -> Result<CommandOutcome, Box<dyn std::error::Error>> {
+    state.apply([entry]).await?.pop().ok_or_else(|| "no outcome".into())
+}
+
+/// A log with every operation kind, times that go backwards, and a repeat.
+fn sample_log() -> Vec<Entry<TypeConfig>> {
+    vec![
+        entry(1, 1_000, Some(1), vec![set("a", "1", None), set("b", "2", Some(5_000))]),
+        entry(2, 900, Some(2), vec![delete("a"), set("c", "3", Some(2_000))]),
+        entry(3, 3_000, None, vec![Operation::SweepExpired { entries_max: 10 }]),
+        entry(4, 4_000, Some(1), vec![set("a", "repeat", None)]),
+        entry(5, 6_000, None, vec![Operation::SweepExpired { entries_max: 10 }]),
+    ]
+}
+
+#[tokio::test]
+async fn replicas_that_apply_the_same_log_hold_identical_state() -> TestResult {
+    let engines = [Arc::new(MemoryEngine::new()), Arc::new(MemoryEngine::new())];
+    let mut outcomes = Vec::new();
+    for engine in &engines {
+        let mut state = StateMachineStore::open(engine.clone())?;
+        outcomes.push(state.apply(sample_log()).await?);
+    }
+    assert_eq!(outcomes[0], outcomes[1]);
+    assert_eq!(engines[0].checkpoint()?, engines[1].checkpoint()?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn apply_follows_the_command_time_and_sweeps_expired_entries() -> TestResult {
+    let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    let reader = state.reader();
+    let outcomes = state.apply(sample_log()).await?;
+
+    // Entry 2's time went backwards: apply used the later time instead.
+    assert_eq!(outcomes[1].time_micros, 1_000);
+    assert_eq!(outcomes[0].result, Ok(vec![OperationResult::Set { version: 1 }, OperationResult::Set { version: 1 }]));
+    assert_eq!(
+        outcomes[1].result,
+        Ok(vec![OperationResult::Delete { removed_live_entry: true }, OperationResult::Set { version: 2 }])
+    );
+    // At 3000 only "c" (expiring at 2000) is due.
+    assert_eq!(outcomes[2].result, Ok(vec![OperationResult::SweepExpired { removed: 1 }]));
+    // Op id 1 again: the first outcome comes back and nothing is written.
+    assert!(outcomes[3].deduplicated);
+    assert_eq!(outcomes[3].index, 1);
+    assert_eq!(reader.get_entry("ns", b"a", 0)?, None);
+    // At 6000 "b" (expiring at 5000) is swept.
+    assert_eq!(outcomes[4].result, Ok(vec![OperationResult::SweepExpired { removed: 1 }]));
+    assert_eq!(reader.get_entry("ns", b"b", 0)?, None, "swept entries are physically gone");
+    assert_eq!(reader.applied_index(), 5);
+    Ok(())
+}
+
+#[tokio::test]
+async fn expired_entries_read_as_absent_before_the_sweep() -> TestResult {
+    let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    let reader = state.reader();
+    apply_one(&mut state, entry(1, 1_000, None, vec![set("k", "v", Some(2_000))])).await?;
+    let stored = reader.get_entry("ns", b"k", 1_999)?.ok_or("live before expiry")?;
+    assert_eq!((stored.version, stored.source.term, stored.source.index), (1, 2, 1));
+    assert_eq!(stored.encoding, Encoding::Json);
+    assert_eq!(reader.get_entry("ns", b"k", 2_000)?, None, "expiry is inclusive");
+    assert!(reader.has_expired_entries(2_000)?);
+    assert!(!reader.has_expired_entries(1_999)?);
+    // Deleting an expired entry reports that no live entry was removed.
+    let outcome = apply_one(&mut state, entry(2, 2_500, None, vec![delete("k")])).await?;
+    assert_eq!(outcome.result, Ok(vec![OperationResult::Delete { removed_live_entry: false }]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_invalid_command_applies_nothing() -> TestResult {
+    let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    let reader = state.reader();
+    let oversized = Operation::Set {
+        namespace: "ns".to_owned(),
+        key: vec![1; 2049],
+        value: Vec::new(),
+        encoding: Encoding::Bytes,
+        expires_at_micros: None,
+    };
+    let outcome = apply_one(&mut state, entry(1, 1, Some(9), vec![set("ok", "1", None), oversized])).await?;
+    match outcome.result {
+        Err(Rejection::Invalid(message)) => assert!(message.contains("key_bytes_max = 2048"), "{message}"),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(reader.get_entry("ns", b"ok", 0)?, None, "no part of a rejected batch is applied");
+    assert_eq!(reader.applied_index(), 1);
+    Ok(())
+}
+
+async fn snapshot_moves_state<E: Engine>(source: Arc<E>, target: Arc<E>) -> TestResult {
+    let mut leader = StateMachineStore::open(source)?;
+    leader.apply(sample_log()).await?;
+    let mut builder = leader.get_snapshot_builder().await;
+    // Applies after the builder was made do not leak into its image.
+    apply_one(&mut leader, entry(6, 7_000, None, vec![set("late", "x", None)])).await?;
+    let snapshot = builder.build_snapshot().await?;
+    assert_eq!(snapshot.meta.last_log_id, Some(log_id(2, 1, 5)));
+
+    let mut follower = StateMachineStore::open(target)?;
+    let reader = follower.reader();
+    follower.install_snapshot(&snapshot.meta, snapshot.snapshot).await?;
+    assert_eq!(follower.applied_state().await?.0, Some(log_id(2, 1, 5)));
+    assert_eq!(reader.applied_index(), 5);
+    assert!(reader.get_entry("ns", b"late", 0)?.is_none());
+    let current = follower.get_current_snapshot().await?.ok_or("installed snapshot is current")?;
+    assert_eq!(current.meta, snapshot.meta);
+    // The follower continues from the snapshot like the leader did.
+    let outcome = apply_one(&mut follower, entry(6, 7_000, None, vec![set("late", "x", None)])).await?;
+    assert_eq!(outcome.result, Ok(vec![OperationResult::Set { version: 6 }]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_snapshot_moves_state_between_memory_engines() -> TestResult {
+    snapshot_moves_state(Arc::new(MemoryEngine::new()), Arc::new(MemoryEngine::new())).await
+}
+
+#[tokio::test]
+async fn a_snapshot_moves_state_between_rocksdb_engines() -> TestResult {
+    let directory = tempfile::tempdir()?;
+    let source = Arc::new(RocksEngine::open(directory.path().join("source"))?);
+    let target = Arc::new(RocksEngine::open(directory.path().join("target"))?);
+    snapshot_moves_state(source, target).await?;
+    // The restored image survives a reopen of the target directory.
+    let reopened = StateMachineStore::open(Arc::new(RocksEngine::open(directory.path().join("target"))?))?;
+    assert_eq!(reopened.reader().applied_index(), 6);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_crash_that_loses_state_behind_the_snapshot_restores_the_snapshot() -> TestResult {
+    let engine = Arc::new(MemoryEngine::new());
+    let mut state = StateMachineStore::open(engine.clone())?;
+    state.apply(sample_log()).await?;
+    state.get_snapshot_builder().await.build_snapshot().await?;
+    // Applies are buffered; the crash loses them all, but the snapshot was saved.
+    engine.crash();
+    let mut reopened = StateMachineStore::open(engine)?;
+    assert_eq!(reopened.applied_state().await?.0, Some(log_id(2, 1, 5)));
+    assert_eq!(reopened.reader().get_entry("ns", b"a", 0)?, None);
+    Ok(())
+}
