@@ -110,12 +110,28 @@ pub fn apply_command<E: Engine>(
             result
         }
     };
-    let outcome =
-        CommandOutcome { index: position.index, term: position.term, time_micros, result, deduplicated: false };
+    let outcome = CommandOutcome {
+        index: position.index,
+        term: position.term,
+        time_micros,
+        result,
+        deduplicated: false,
+    };
     if let Some(op_id) = op_id {
-        let record = DedupRecord { time_micros, outcome: outcome.clone() };
-        batch.put(Space::Dedup, op_id.0.to_be_bytes().to_vec(), encode("dedup record", &record)?);
-        batch.put(Space::DedupByTime, keys::dedup_time_key(time_micros, op_id.0).to_vec(), Vec::new());
+        let record = DedupRecord {
+            time_micros,
+            outcome: outcome.clone(),
+        };
+        batch.put(
+            Space::Dedup,
+            op_id.0.to_be_bytes().to_vec(),
+            encode("dedup record", &record)?,
+        );
+        batch.put(
+            Space::DedupByTime,
+            keys::dedup_time_key(time_micros, op_id.0).to_vec(),
+            Vec::new(),
+        );
     }
     Ok(outcome)
 }
@@ -127,12 +143,24 @@ fn apply_operations<E: Engine>(
     position: Position,
     now_micros: u64,
 ) -> Result<Result<Vec<OperationResult>, Rejection>, EngineError> {
-    let mut overlay = Overlay { engine, entries: BTreeMap::new() };
-    let source = SourceId { term: position.term, index: position.index };
+    let mut overlay = Overlay {
+        engine,
+        entries: BTreeMap::new(),
+    };
+    let source = SourceId {
+        term: position.term,
+        index: position.index,
+    };
     let mut results = Vec::with_capacity(operations.len());
     for operation in operations {
         let result = match operation {
-            Operation::Set { namespace, key, value, encoding, expires_at_micros } => {
+            Operation::Set {
+                namespace,
+                key,
+                value,
+                encoding,
+                expires_at_micros,
+            } => {
                 let entry = StoredEntry {
                     value: value.clone(),
                     encoding: encoding.clone(),
@@ -141,7 +169,9 @@ fn apply_operations<E: Engine>(
                     source,
                 };
                 overlay.put(batch, keys::entry_key(namespace, key), entry)?;
-                OperationResult::Set { version: position.index }
+                OperationResult::Set {
+                    version: position.index,
+                }
             }
             Operation::Delete { namespace, key } => {
                 let previous = overlay.remove(batch, keys::entry_key(namespace, key))?;

@@ -60,7 +60,9 @@ pub enum Operation {
     /// Physically removes up to `entries_max` entries whose expiry is at or
     /// before the command's time. Proposed by the leader so that every
     /// replica removes the same entries at the same log position.
-    SweepExpired { entries_max: u32 },
+    SweepExpired {
+        entries_max: u32,
+    },
 }
 
 /// The result of one operation, in the order the operations were given.
@@ -129,7 +131,13 @@ impl Operation {
     pub fn validate(&self) -> Result<(), String> {
         use crate::limits::{check_key, check_namespace, check_value, SWEEP_ENTRIES_MAX};
         match self {
-            Operation::Set { namespace, key, value, encoding, .. } => {
+            Operation::Set {
+                namespace,
+                key,
+                value,
+                encoding,
+                ..
+            } => {
                 check_namespace(namespace)?;
                 check_key(key)?;
                 check_value(value)?;
@@ -146,7 +154,9 @@ impl Operation {
             }
             Operation::SweepExpired { entries_max } => {
                 if *entries_max == 0 || *entries_max > SWEEP_ENTRIES_MAX {
-                    return Err(format!("entries_max must be 1 to sweep_entries_max = {SWEEP_ENTRIES_MAX}"));
+                    return Err(format!(
+                        "entries_max must be 1 to sweep_entries_max = {SWEEP_ENTRIES_MAX}"
+                    ));
                 }
                 Ok(())
             }

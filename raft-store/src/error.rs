@@ -21,11 +21,17 @@ pub enum EngineError {
 
 impl EngineError {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        EngineError::Io { context: context.into(), source }
+        EngineError::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     pub(crate) fn corrupt(what: &'static str, detail: impl std::fmt::Display) -> Self {
-        EngineError::Corrupt { what, detail: detail.to_string() }
+        EngineError::Corrupt {
+            what,
+            detail: detail.to_string(),
+        }
     }
 }
 

@@ -64,14 +64,20 @@ mod tests {
 
     #[test]
     fn limits_name_the_field_and_the_limit() {
-        assert!(check_namespace("").unwrap_err().contains("namespace"));
+        assert!(check_namespace("").expect_err("over the limit").contains("namespace"));
         let long = "n".repeat(NAMESPACE_BYTES_MAX + 1);
-        assert!(check_namespace(&long).unwrap_err().contains("namespace_bytes_max"));
+        assert!(check_namespace(&long)
+            .expect_err("over the limit")
+            .contains("namespace_bytes_max"));
         assert!(check_namespace(&"n".repeat(NAMESPACE_BYTES_MAX)).is_ok());
-        assert!(check_key(&[]).unwrap_err().contains("key"));
-        assert!(check_key(&vec![1; KEY_BYTES_MAX + 1]).unwrap_err().contains("key_bytes_max"));
+        assert!(check_key(&[]).expect_err("over the limit").contains("key"));
+        assert!(check_key(&vec![1; KEY_BYTES_MAX + 1])
+            .expect_err("over the limit")
+            .contains("key_bytes_max"));
         assert!(check_key(&vec![1; KEY_BYTES_MAX]).is_ok());
-        assert!(check_value(&vec![1; VALUE_BYTES_MAX + 1]).unwrap_err().contains("value_bytes_max"));
+        assert!(check_value(&vec![1; VALUE_BYTES_MAX + 1])
+            .expect_err("over the limit")
+            .contains("value_bytes_max"));
         assert!(check_value(&[]).is_ok());
     }
 }

@@ -28,7 +28,9 @@ pub struct LogStore<E: Engine> {
 
 impl<E: Engine> Clone for LogStore<E> {
     fn clone(&self) -> Self {
-        Self { engine: self.engine.clone() }
+        Self {
+            engine: self.engine.clone(),
+        }
     }
 }
 
@@ -51,17 +53,22 @@ impl<E: Engine> LogStore<E> {
         Self { engine }
     }
 
-    fn read_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError<NodeId>> {
-        match self.engine.get(Space::RaftMeta, key).map_err(read_error)? {
-            Some(bytes) => Ok(Some(decode("raft meta", &bytes).map_err(read_error)?)),
+    fn read_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, EngineError> {
+        match self.engine.get(Space::RaftMeta, key)? {
+            Some(bytes) => Ok(Some(decode("raft meta", &bytes)?)),
             None => Ok(None),
         }
     }
 
-    fn write_meta<T: serde::Serialize>(&self, key: &[u8], value: &T, durability: Durability) -> Result<(), StorageError<NodeId>> {
+    fn write_meta<T: serde::Serialize>(
+        &self,
+        key: &[u8],
+        value: &T,
+        durability: Durability,
+    ) -> Result<(), EngineError> {
         let mut batch = WriteBatch::default();
-        batch.put(Space::RaftMeta, key.to_vec(), encode("raft meta", value).map_err(write_error)?);
-        self.engine.write(batch, durability).map_err(write_error)
+        batch.put(Space::RaftMeta, key.to_vec(), encode("raft meta", value)?);
+        self.engine.write(batch, durability)
     }
 }
 
@@ -90,7 +97,12 @@ impl<E: Engine> RaftLogReader<TypeConfig> for LogStore<E> {
         let end_key = end.map(keys::log_key);
         let pairs = self
             .engine
-            .scan(Space::Log, &keys::log_key(start), end_key.as_ref().map(|key| key.as_slice()), LOG_READ_ENTRIES_MAX)
+            .scan(
+                Space::Log,
+                &keys::log_key(start),
+                end_key.as_ref().map(|key| key.as_slice()),
+                LOG_READ_ENTRIES_MAX,
+            )
             .map_err(read_error)?;
         let mut entries = Vec::with_capacity(pairs.len());
         for (key, value) in pairs {
@@ -98,7 +110,10 @@ impl<E: Engine> RaftLogReader<TypeConfig> for LogStore<E> {
             // Checked after reading back: the key and the entry must agree,
             // or the log is not what this node wrote.
             if keys::log_index(&key) != Some(entry.log_id.index) {
-                return Err(read_error(EngineError::corrupt("log entry", format!("key {key:?} holds {}", entry.log_id))));
+                return Err(read_error(EngineError::corrupt(
+                    "log entry",
+                    format!("key {key:?} holds {}", entry.log_id),
+                )));
             }
             entries.push(entry);
         }
@@ -110,7 +125,7 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
-        let last_purged_log_id: Option<LogId<NodeId>> = self.read_meta(meta::LAST_PURGED)?;
+        let last_purged_log_id: Option<LogId<NodeId>> = self.read_meta(meta::LAST_PURGED).map_err(read_error)?;
         let last_log_id = match self.engine.last(Space::Log).map_err(read_error)? {
             Some((_, value)) => {
                 let entry: Entry<TypeConfig> = decode("log entry", &value).map_err(read_error)?;
@@ -118,7 +133,10 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
             }
             None => last_purged_log_id,
         };
-        Ok(LogState { last_purged_log_id, last_log_id })
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -127,20 +145,25 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
         self.write_meta(meta::VOTE, vote, Durability::Synced)
+            .map_err(write_error)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
-        self.read_meta(meta::VOTE)
+        self.read_meta(meta::VOTE).map_err(read_error)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
         // Buffered: a committed id lost with the machine is learned again
         // from the leader; it only lets a restarted node re-apply sooner.
         self.write_meta(meta::COMMITTED, &committed, Durability::Buffered)
+            .map_err(write_error)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
-        Ok(self.read_meta::<Option<LogId<NodeId>>>(meta::COMMITTED)?.flatten())
+        Ok(self
+            .read_meta::<Option<LogId<NodeId>>>(meta::COMMITTED)
+            .map_err(read_error)?
+            .flatten())
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError<NodeId>>
@@ -171,7 +194,11 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         let mut batch = WriteBatch::default();
-        batch.delete_range(Space::Log, keys::log_key(log_id.index).to_vec(), keys::log_key(u64::MAX).to_vec());
+        batch.delete_range(
+            Space::Log,
+            keys::log_key(log_id.index).to_vec(),
+            keys::log_key(u64::MAX).to_vec(),
+        );
         batch.delete(Space::Log, keys::log_key(u64::MAX).to_vec());
         self.engine.write(batch, Durability::Synced).map_err(write_error)
     }
@@ -180,7 +207,11 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         // `last_purged` and the range delete share one batch, so no reader
         // ever sees a log whose start is unexplained.
         let mut batch = WriteBatch::default();
-        batch.put(Space::RaftMeta, meta::LAST_PURGED.to_vec(), encode("raft meta", &log_id).map_err(write_error)?);
+        batch.put(
+            Space::RaftMeta,
+            meta::LAST_PURGED.to_vec(),
+            encode("raft meta", &log_id).map_err(write_error)?,
+        );
         let end = log_id.index.saturating_add(1);
         batch.delete_range(Space::Log, keys::log_key(0).to_vec(), keys::log_key(end).to_vec());
         self.engine.write(batch, Durability::Synced).map_err(write_error)

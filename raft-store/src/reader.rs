@@ -21,7 +21,10 @@ pub struct StateReader<E: Engine> {
 
 impl<E: Engine> Clone for StateReader<E> {
     fn clone(&self) -> Self {
-        Self { engine: self.engine.clone(), applied: self.applied.clone() }
+        Self {
+            engine: self.engine.clone(),
+            applied: self.applied.clone(),
+        }
     }
 }
 
@@ -49,7 +52,10 @@ impl<E: Engine> StateReader<E> {
         let waited = tokio::time::timeout(timeout, applied.wait_for(|applied| *applied >= index)).await;
         match waited {
             Ok(Ok(reached)) => Ok(*reached),
-            _ => Err(NotCaughtUp { applied: self.applied_index(), wanted: index }),
+            _ => Err(NotCaughtUp {
+                applied: self.applied_index(),
+                wanted: index,
+            }),
         }
     }
 

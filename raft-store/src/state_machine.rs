@@ -8,9 +8,7 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
-use openraft::{
-    BasicNode, Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageError, StoredMembership,
-};
+use openraft::{BasicNode, Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageError, StoredMembership};
 use tokio::sync::watch;
 
 use crate::apply::{apply_command, Position};
@@ -70,7 +68,11 @@ impl<E: Engine> StateMachineStore<E> {
         }
         let index = applied.map(|log_id| log_id.index).unwrap_or(0);
         let (sender, _) = watch::channel(index);
-        Ok(Self { engine, applied: sender, snapshot_sequence: 0 })
+        Ok(Self {
+            engine,
+            applied: sender,
+            snapshot_sequence: 0,
+        })
     }
 
     /// A read handle that follows this state machine's applied index.
@@ -79,24 +81,39 @@ impl<E: Engine> StateMachineStore<E> {
     }
 
     fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<CommandOutcome, EngineError> {
-        let position = Position { term: entry.log_id.leader_id.term, index: entry.log_id.index };
+        let position = Position {
+            term: entry.log_id.leader_id.term,
+            index: entry.log_id.index,
+        };
         let clock: u64 = read_meta(self.engine.as_ref(), meta::CLOCK)?.unwrap_or(0);
         let mut batch = WriteBatch::default();
         let outcome = match &entry.payload {
             EntryPayload::Normal(command) => {
                 let Command::V1(v1) = command;
                 let time_micros = v1.time_micros.max(clock);
-                batch.put(Space::StateMeta, meta::CLOCK.to_vec(), encode("state meta", &time_micros)?);
+                batch.put(
+                    Space::StateMeta,
+                    meta::CLOCK.to_vec(),
+                    encode("state meta", &time_micros)?,
+                );
                 apply_command(self.engine.as_ref(), &mut batch, command, position, time_micros)?
             }
             EntryPayload::Membership(membership) => {
                 let stored = Membership::new(Some(entry.log_id), membership.clone());
-                batch.put(Space::StateMeta, meta::MEMBERSHIP.to_vec(), encode("state meta", &stored)?);
+                batch.put(
+                    Space::StateMeta,
+                    meta::MEMBERSHIP.to_vec(),
+                    encode("state meta", &stored)?,
+                );
                 CommandOutcome::empty(position, clock)
             }
             EntryPayload::Blank => CommandOutcome::empty(position, clock),
         };
-        batch.put(Space::StateMeta, meta::LAST_APPLIED.to_vec(), encode("state meta", &Some(entry.log_id))?);
+        batch.put(
+            Space::StateMeta,
+            meta::LAST_APPLIED.to_vec(),
+            encode("state meta", &Some(entry.log_id))?,
+        );
         // Buffered: the log is synced, so a lost apply is re-applied from it
         // on restart; `open` covers the case where the log was purged.
         self.engine.write(batch, Durability::Buffered)?;
@@ -106,7 +123,13 @@ impl<E: Engine> StateMachineStore<E> {
 
 impl CommandOutcome {
     fn empty(position: Position, time_micros: u64) -> Self {
-        CommandOutcome { index: position.index, term: position.term, time_micros, result: Ok(Vec::new()), deduplicated: false }
+        CommandOutcome {
+            index: position.index,
+            term: position.term,
+            time_micros,
+            result: Ok(Vec::new()),
+            deduplicated: false,
+        }
     }
 }
 
@@ -119,9 +142,8 @@ pub struct SnapshotBuilder<E: Engine> {
 impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let taken = std::mem::replace(&mut self.taken, Err("snapshot builder used twice".to_owned()));
-        let (checkpoint, meta) = taken.map_err(|message| {
-            read_error(EngineError::io("taking a checkpoint", std::io::Error::other(message)))
-        })?;
+        let (checkpoint, meta) = taken
+            .map_err(|message| read_error(EngineError::io("taking a checkpoint", std::io::Error::other(message))))?;
         let engine = self.engine.clone();
         let stored = tokio::task::spawn_blocking(move || -> Result<StoredSnapshot, EngineError> {
             let image = E::pack(checkpoint)?;
@@ -130,10 +152,18 @@ impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
             Ok(stored)
         })
         .await
-        .map_err(|error| read_error(EngineError::io("packing a snapshot", std::io::Error::other(error.to_string()))))?
+        .map_err(|error| {
+            read_error(EngineError::io(
+                "packing a snapshot",
+                std::io::Error::other(error.to_string()),
+            ))
+        })?
         .map_err(write_error)?;
         tracing::info!(snapshot = %stored.meta.snapshot_id, bytes = stored.image.len(), "built snapshot");
-        Ok(Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(stored.image)) })
+        Ok(Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.image)),
+        })
     }
 }
 
@@ -142,7 +172,9 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
 
     async fn applied_state(&mut self) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
         let applied = applied_log_id(self.engine.as_ref()).map_err(read_error)?;
-        let membership = read_meta(self.engine.as_ref(), meta::MEMBERSHIP).map_err(read_error)?.unwrap_or_default();
+        let membership = read_meta(self.engine.as_ref(), meta::MEMBERSHIP)
+            .map_err(read_error)?
+            .unwrap_or_default();
         Ok((applied, membership))
     }
 
@@ -177,7 +209,14 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
                 Some(log_id) => format!("{}-{}-{sequence}", log_id.leader_id.term, log_id.index),
                 None => format!("0-0-{sequence}"),
             };
-            Ok((checkpoint, SnapshotMeta { last_log_id, last_membership, snapshot_id }))
+            Ok((
+                checkpoint,
+                SnapshotMeta {
+                    last_log_id,
+                    last_membership,
+                    snapshot_id,
+                },
+            ))
         })()
         .map_err(|error| error.to_string());
         SnapshotBuilder { engine, taken }
@@ -194,14 +233,22 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
     ) -> Result<(), StorageError<NodeId>> {
         let image = snapshot.into_inner();
         let engine = self.engine.clone();
-        let stored = StoredSnapshot { meta: meta.clone(), image };
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            image,
+        };
         let installed = tokio::task::spawn_blocking(move || -> Result<Option<LogId<NodeId>>, EngineError> {
             engine.restore(&stored.image)?;
             engine.save_snapshot(&stored.to_bytes()?)?;
             applied_log_id(engine.as_ref())
         })
         .await
-        .map_err(|error| write_error(EngineError::io("installing a snapshot", std::io::Error::other(error.to_string()))))?
+        .map_err(|error| {
+            write_error(EngineError::io(
+                "installing a snapshot",
+                std::io::Error::other(error.to_string()),
+            ))
+        })?
         .map_err(write_error)?;
         // Checked after restoring: the image must be the state the meta names.
         if installed != meta.last_log_id {
@@ -210,7 +257,8 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
                 format!("image is at {installed:?} but its meta says {:?}", meta.last_log_id),
             )));
         }
-        self.applied.send_replace(meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0));
+        self.applied
+            .send_replace(meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0));
         tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");
         Ok(())
     }
@@ -220,6 +268,9 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
             return Ok(None);
         };
         let stored = StoredSnapshot::from_bytes(&bytes).map_err(read_error)?;
-        Ok(Some(Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(stored.image)) }))
+        Ok(Some(Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.image)),
+        }))
     }
 }

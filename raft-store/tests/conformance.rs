@@ -13,7 +13,8 @@ impl StoreBuilder<TypeConfig, LogStore<MemoryEngine>, StateMachineStore<MemoryEn
         &self,
     ) -> Result<((), LogStore<MemoryEngine>, StateMachineStore<MemoryEngine>), StorageError<NodeId>> {
         let log = LogStore::new(Arc::new(MemoryEngine::new()));
-        let state = StateMachineStore::open(Arc::new(MemoryEngine::new())).map_err(|error| StorageIOError::read(&error))?;
+        let state =
+            StateMachineStore::open(Arc::new(MemoryEngine::new())).map_err(|error| StorageIOError::read(&error))?;
         Ok(((), log, state))
     }
 }
@@ -27,7 +28,8 @@ impl StoreBuilder<TypeConfig, LogStore<RocksEngine>, StateMachineStore<RocksEngi
         &self,
     ) -> Result<(tempfile::TempDir, LogStore<RocksEngine>, StateMachineStore<RocksEngine>), StorageError<NodeId>> {
         let directory = tempfile::tempdir().map_err(|error| StorageIOError::read(&error))?;
-        let log_engine = RocksEngine::open(directory.path().join("log")).map_err(|error| StorageIOError::read(&error))?;
+        let log_engine =
+            RocksEngine::open(directory.path().join("log")).map_err(|error| StorageIOError::read(&error))?;
         let state_engine =
             RocksEngine::open(directory.path().join("state")).map_err(|error| StorageIOError::read(&error))?;
         let log = LogStore::new(Arc::new(log_engine));
@@ -37,11 +39,11 @@ impl StoreBuilder<TypeConfig, LogStore<RocksEngine>, StateMachineStore<RocksEngi
 }
 
 #[test]
-fn memory_engine_passes_the_openraft_suite() -> Result<(), StorageError<NodeId>> {
-    Suite::test_all(MemoryBuilder)
+fn memory_engine_passes_the_openraft_suite() -> Result<(), Box<StorageError<NodeId>>> {
+    Suite::test_all(MemoryBuilder).map_err(Box::new)
 }
 
 #[test]
-fn rocks_engine_passes_the_openraft_suite() -> Result<(), StorageError<NodeId>> {
-    Suite::test_all(RocksBuilder)
+fn rocks_engine_passes_the_openraft_suite() -> Result<(), Box<StorageError<NodeId>>> {
+    Suite::test_all(RocksBuilder).map_err(Box::new)
 }

@@ -32,7 +32,10 @@ fn command(index: u64) -> Command {
 }
 
 fn entry(index: u64) -> Entry<TypeConfig> {
-    Entry { log_id: log_id(1, 1, index), payload: EntryPayload::Normal(command(index)) }
+    Entry {
+        log_id: log_id(1, 1, index),
+        payload: EntryPayload::Normal(command(index)),
+    }
 }
 
 /// The child: append and apply until killed, printing each acknowledged index.
@@ -54,7 +57,12 @@ async fn sigkill_loses_no_acknowledged_write() -> Result<(), Box<dyn std::error:
     }
     let directory = tempfile::tempdir()?;
     let mut child = Process::new(std::env::current_exe()?)
-        .args(["--exact", "sigkill_loses_no_acknowledged_write", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "sigkill_loses_no_acknowledged_write",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_DIRECTORY_VARIABLE, directory.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -72,11 +80,18 @@ async fn sigkill_loses_no_acknowledged_write() -> Result<(), Box<dyn std::error:
     }
     child.kill()?; // SIGKILL: no destructor, no clean close.
     child.wait()?;
-    assert!(acknowledged >= ACKNOWLEDGED_BEFORE_KILL, "child acknowledged only {acknowledged} writes");
+    assert!(
+        acknowledged >= ACKNOWLEDGED_BEFORE_KILL,
+        "child acknowledged only {acknowledged} writes"
+    );
 
     let mut log = LogStore::new(Arc::new(RocksEngine::open(directory.path().join("log"))?));
     let entries = log.try_get_log_entries(1..=acknowledged).await?;
-    assert_eq!(entries.len() as u64, acknowledged, "acknowledged log entries are missing");
+    assert_eq!(
+        entries.len() as u64,
+        acknowledged,
+        "acknowledged log entries are missing"
+    );
     for (offset, entry) in entries.iter().enumerate() {
         assert_eq!(entry.log_id.index, offset as u64 + 1);
         assert_eq!(entry.payload, EntryPayload::Normal(command(offset as u64 + 1)));
@@ -84,10 +99,15 @@ async fn sigkill_loses_no_acknowledged_write() -> Result<(), Box<dyn std::error:
     let mut state = StateMachineStore::open(Arc::new(RocksEngine::open(directory.path().join("state"))?))?;
     let (applied, _) = state.applied_state().await?;
     let applied = applied.map(|log_id| log_id.index).unwrap_or(0);
-    assert!(applied >= acknowledged, "state applied {applied}, acknowledged {acknowledged}");
+    assert!(
+        applied >= acknowledged,
+        "state applied {applied}, acknowledged {acknowledged}"
+    );
     let reader = state.reader();
     for index in 1..=acknowledged {
-        let stored = reader.get_entry("crash", format!("key-{index}").as_bytes(), 0)?.ok_or("entry missing")?;
+        let stored = reader
+            .get_entry("crash", format!("key-{index}").as_bytes(), 0)?
+            .ok_or("entry missing")?;
         assert_eq!(stored.value, index.to_be_bytes().to_vec());
         assert_eq!(stored.version, index);
     }

@@ -24,13 +24,20 @@ fn set(key: &str, value: &str, expires_at_micros: Option<u64>) -> Operation {
 }
 
 fn delete(key: &str) -> Operation {
-    Operation::Delete { namespace: "ns".to_owned(), key: key.as_bytes().to_vec() }
+    Operation::Delete {
+        namespace: "ns".to_owned(),
+        key: key.as_bytes().to_vec(),
+    }
 }
 
 fn entry(index: u64, time_micros: u64, op_id: Option<u128>, operations: Vec<Operation>) -> Entry<TypeConfig> {
     Entry {
         log_id: log_id(2, 1, index),
-        payload: EntryPayload::Normal(Command::V1(CommandV1 { op_id: op_id.map(OpId), time_micros, operations })),
+        payload: EntryPayload::Normal(Command::V1(CommandV1 {
+            op_id: op_id.map(OpId),
+            time_micros,
+            operations,
+        })),
     }
 }
 
@@ -73,20 +80,41 @@ async fn apply_follows_the_command_time_and_sweeps_expired_entries() -> TestResu
 
     // Entry 2's time went backwards: apply used the later time instead.
     assert_eq!(outcomes[1].time_micros, 1_000);
-    assert_eq!(outcomes[0].result, Ok(vec![OperationResult::Set { version: 1 }, OperationResult::Set { version: 1 }]));
+    assert_eq!(
+        outcomes[0].result,
+        Ok(vec![
+            OperationResult::Set { version: 1 },
+            OperationResult::Set { version: 1 }
+        ])
+    );
     assert_eq!(
         outcomes[1].result,
-        Ok(vec![OperationResult::Delete { removed_live_entry: true }, OperationResult::Set { version: 2 }])
+        Ok(vec![
+            OperationResult::Delete {
+                removed_live_entry: true
+            },
+            OperationResult::Set { version: 2 }
+        ])
     );
     // At 3000 only "c" (expiring at 2000) is due.
-    assert_eq!(outcomes[2].result, Ok(vec![OperationResult::SweepExpired { removed: 1 }]));
+    assert_eq!(
+        outcomes[2].result,
+        Ok(vec![OperationResult::SweepExpired { removed: 1 }])
+    );
     // Op id 1 again: the first outcome comes back and nothing is written.
     assert!(outcomes[3].deduplicated);
     assert_eq!(outcomes[3].index, 1);
     assert_eq!(reader.get_entry("ns", b"a", 0)?, None);
     // At 6000 "b" (expiring at 5000) is swept.
-    assert_eq!(outcomes[4].result, Ok(vec![OperationResult::SweepExpired { removed: 1 }]));
-    assert_eq!(reader.get_entry("ns", b"b", 0)?, None, "swept entries are physically gone");
+    assert_eq!(
+        outcomes[4].result,
+        Ok(vec![OperationResult::SweepExpired { removed: 1 }])
+    );
+    assert_eq!(
+        reader.get_entry("ns", b"b", 0)?,
+        None,
+        "swept entries are physically gone"
+    );
     assert_eq!(reader.applied_index(), 5);
     Ok(())
 }
@@ -104,7 +132,12 @@ async fn expired_entries_read_as_absent_before_the_sweep() -> TestResult {
     assert!(!reader.has_expired_entries(1_999)?);
     // Deleting an expired entry reports that no live entry was removed.
     let outcome = apply_one(&mut state, entry(2, 2_500, None, vec![delete("k")])).await?;
-    assert_eq!(outcome.result, Ok(vec![OperationResult::Delete { removed_live_entry: false }]));
+    assert_eq!(
+        outcome.result,
+        Ok(vec![OperationResult::Delete {
+            removed_live_entry: false
+        }])
+    );
     Ok(())
 }
 
@@ -124,7 +157,11 @@ async fn an_invalid_command_applies_nothing() -> TestResult {
         Err(Rejection::Invalid(message)) => assert!(message.contains("key_bytes_max = 2048"), "{message}"),
         other => panic!("expected a rejection, got {other:?}"),
     }
-    assert_eq!(reader.get_entry("ns", b"ok", 0)?, None, "no part of a rejected batch is applied");
+    assert_eq!(
+        reader.get_entry("ns", b"ok", 0)?,
+        None,
+        "no part of a rejected batch is applied"
+    );
     assert_eq!(reader.applied_index(), 1);
     Ok(())
 }
@@ -144,7 +181,10 @@ async fn snapshot_moves_state<E: Engine>(source: Arc<E>, target: Arc<E>) -> Test
     assert_eq!(follower.applied_state().await?.0, Some(log_id(2, 1, 5)));
     assert_eq!(reader.applied_index(), 5);
     assert!(reader.get_entry("ns", b"late", 0)?.is_none());
-    let current = follower.get_current_snapshot().await?.ok_or("installed snapshot is current")?;
+    let current = follower
+        .get_current_snapshot()
+        .await?
+        .ok_or("installed snapshot is current")?;
     assert_eq!(current.meta, snapshot.meta);
     // The follower continues from the snapshot like the leader did.
     let outcome = apply_one(&mut follower, entry(6, 7_000, None, vec![set("late", "x", None)])).await?;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Durability, Engine, Pairs, Space, WriteBatch, WriteOp};
+use super::{Durability, Engine, Pair, Pairs, Space, WriteBatch, WriteOp};
 use crate::error::{decode, encode, EngineError};
 
 type Spaces = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
@@ -65,7 +65,10 @@ fn apply(spaces: &mut Spaces, batch: &WriteBatch) {
     for op in &batch.ops {
         match op {
             WriteOp::Put { space, key, value } => {
-                spaces.entry(space.name().to_owned()).or_default().insert(key.clone(), value.clone());
+                spaces
+                    .entry(space.name().to_owned())
+                    .or_default()
+                    .insert(key.clone(), value.clone());
             }
             WriteOp::Delete { space, key } => {
                 if let Some(map) = spaces.get_mut(space.name()) {
@@ -91,7 +94,11 @@ impl Engine for MemoryEngine {
     type Checkpoint = Vec<u8>;
 
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        Ok(self.lock().current.get(space.name()).and_then(|map| map.get(key).cloned()))
+        Ok(self
+            .lock()
+            .current
+            .get(space.name())
+            .and_then(|map| map.get(key).cloned()))
     }
 
     fn scan(&self, space: Space, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Pairs, EngineError> {
@@ -110,7 +117,7 @@ impl Engine for MemoryEngine {
             .collect())
     }
 
-    fn last(&self, space: Space) -> Result<Option<(Vec<u8>, Vec<u8>)>, EngineError> {
+    fn last(&self, space: Space) -> Result<Option<Pair>, EngineError> {
         let state = self.lock();
         Ok(state
             .current
@@ -134,7 +141,12 @@ impl Engine for MemoryEngine {
 
     fn checkpoint(&self) -> Result<Vec<u8>, EngineError> {
         let state = self.lock();
-        encode("memory image", &Image { spaces: state.current.clone() })
+        encode(
+            "memory image",
+            &Image {
+                spaces: state.current.clone(),
+            },
+        )
     }
 
     fn pack(checkpoint: Vec<u8>) -> Result<Vec<u8>, EngineError> {

@@ -57,10 +57,21 @@ impl Space {
 /// One change inside a write batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WriteOp {
-    Put { space: Space, key: Vec<u8>, value: Vec<u8> },
-    Delete { space: Space, key: Vec<u8> },
+    Put {
+        space: Space,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        space: Space,
+        key: Vec<u8>,
+    },
     /// Deletes `[start, end)`.
-    DeleteRange { space: Space, start: Vec<u8>, end: Vec<u8> },
+    DeleteRange {
+        space: Space,
+        start: Vec<u8>,
+        end: Vec<u8>,
+    },
 }
 
 /// Changes applied atomically: all of them or none.
@@ -71,7 +82,11 @@ pub struct WriteBatch {
 
 impl WriteBatch {
     pub fn put(&mut self, space: Space, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
-        self.ops.push(WriteOp::Put { space, key: key.into(), value: value.into() });
+        self.ops.push(WriteOp::Put {
+            space,
+            key: key.into(),
+            value: value.into(),
+        });
     }
 
     pub fn delete(&mut self, space: Space, key: impl Into<Vec<u8>>) {
@@ -79,7 +94,11 @@ impl WriteBatch {
     }
 
     pub fn delete_range(&mut self, space: Space, start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) {
-        self.ops.push(WriteOp::DeleteRange { space, start: start.into(), end: end.into() });
+        self.ops.push(WriteOp::DeleteRange {
+            space,
+            start: start.into(),
+            end: end.into(),
+        });
     }
 
     pub fn is_empty(&self) -> bool {
@@ -96,8 +115,11 @@ pub enum Durability {
     Buffered,
 }
 
+/// One stored key and its value.
+pub type Pair = (Vec<u8>, Vec<u8>);
+
 /// Key-value pairs returned by a scan, in key order.
-pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+pub type Pairs = Vec<Pair>;
 
 /// The engine interface. Every method is synchronous and short; callers
 /// bound scans with `limit`.
@@ -112,7 +134,7 @@ pub trait Engine: Send + Sync + 'static {
     fn scan(&self, space: Space, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Pairs, EngineError>;
 
     /// The last pair of a space, if any.
-    fn last(&self, space: Space) -> Result<Option<(Vec<u8>, Vec<u8>)>, EngineError>;
+    fn last(&self, space: Space) -> Result<Option<Pair>, EngineError>;
 
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), EngineError>;
 

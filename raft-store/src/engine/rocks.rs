@@ -17,7 +17,7 @@ use std::sync::{RwLock, RwLockReadGuard};
 use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 
-use super::{Durability, Engine, Pairs, Space, WriteBatch, WriteOp};
+use super::{Durability, Engine, Pair, Pairs, Space, WriteBatch, WriteOp};
 use crate::error::{decode, encode, EngineError};
 
 /// Most files a packed image may hold; a checkpoint of a live database has a
@@ -69,7 +69,9 @@ fn options() -> Options {
 }
 
 fn open_database(path: &Path) -> Result<DB, EngineError> {
-    let families = Space::ALL.iter().map(|space| ColumnFamilyDescriptor::new(space.name(), options()));
+    let families = Space::ALL
+        .iter()
+        .map(|space| ColumnFamilyDescriptor::new(space.name(), options()));
     Ok(DB::open_cf_descriptors(&options(), path, families)?)
 }
 
@@ -116,7 +118,11 @@ impl RocksEngine {
             }
         }
         let db = open_database(&live)?;
-        Ok(Self { root, db: RwLock::new(Some(db)), checkpoint_sequence: AtomicU64::new(0) })
+        Ok(Self {
+            root,
+            db: RwLock::new(Some(db)),
+            checkpoint_sequence: AtomicU64::new(0),
+        })
     }
 
     fn read(&self) -> Result<RwLockReadGuard<'_, Option<DB>>, EngineError> {
@@ -126,11 +132,14 @@ impl RocksEngine {
     }
 
     fn closed() -> EngineError {
-        EngineError::io("using the database", std::io::Error::other("the database is closed after a failed restore"))
+        EngineError::io(
+            "using the database",
+            std::io::Error::other("the database is closed after a failed restore"),
+        )
     }
 }
 
-fn family<'a>(db: &'a DB, space: Space) -> Result<&'a rocksdb::ColumnFamily, EngineError> {
+fn family(db: &DB, space: Space) -> Result<&rocksdb::ColumnFamily, EngineError> {
     db.cf_handle(space.name())
         .ok_or_else(|| EngineError::corrupt("column family", format!("{} is missing", space.name())))
 }
@@ -161,7 +170,7 @@ impl Engine for RocksEngine {
         Ok(out)
     }
 
-    fn last(&self, space: Space) -> Result<Option<(Vec<u8>, Vec<u8>)>, EngineError> {
+    fn last(&self, space: Space) -> Result<Option<Pair>, EngineError> {
         let guard = self.read()?;
         let db = guard.as_ref().ok_or_else(Self::closed)?;
         let last = db.iterator_cf(family(db, space)?, IteratorMode::End).next();
@@ -222,7 +231,10 @@ impl Engine for RocksEngine {
     fn restore(&self, packed: &[u8]) -> Result<(), EngineError> {
         let image: PackedImage = decode("packed image", packed)?;
         if image.files.len() > IMAGE_FILES_MAX {
-            return Err(EngineError::corrupt("packed image", format!("{} files, over {IMAGE_FILES_MAX}", image.files.len())));
+            return Err(EngineError::corrupt(
+                "packed image",
+                format!("{} files, over {IMAGE_FILES_MAX}", image.files.len()),
+            ));
         }
         let installing = self.root.join("db.installing");
         if installing.exists() {

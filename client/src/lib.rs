@@ -1,0 +1,18 @@
+//! Lode's client side: the wire protocol every node serves (one tarpc
+//! service, its request, response and error types) and the async Rust SDK.
+//!
+//! This crate depends on neither RocksDB nor openraft, so an application
+//! that only talks to a cluster compiles no C++. Raft's own messages travel
+//! through the same service as opaque bytes that only nodes decode.
+
+pub mod connection;
+pub mod error;
+pub mod kv;
+pub mod limits;
+pub mod protocol;
+pub mod sdk;
+
+pub use error::{LodeError, MutationRecovery};
+pub use kv::Kv;
+pub use protocol::{Consistency, Encoding, Entry, Operation, OperationResult};
+pub use sdk::{Client, ClientOptions};

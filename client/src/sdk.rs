@@ -1,0 +1,255 @@
+//! The SDK's cluster client: finds the leader among the endpoints, follows
+//! leader hints, and retries retryable failures with bounded backoff.
+//!
+//! Every mutation carries an op id chosen once, before the first attempt, so
+//! a retry after a lost reply is applied at most once by the cluster.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use crate::connection::{CallFailure, Connection};
+use crate::error::{LodeError, MutationRecovery};
+use crate::kv::Kv;
+use crate::protocol::{ClusterStatus, LodeServiceClient, ReadRequest, ReadResponse, WriteRequest, WriteResponse};
+
+/// Time limits of the SDK; every one is bounded.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// One attempt against one node.
+    pub attempt_timeout: Duration,
+    /// All attempts of one call together.
+    pub call_timeout: Duration,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            attempt_timeout: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(30),
+            backoff_initial: Duration::from_millis(20),
+            backoff_max: Duration::from_millis(500),
+        }
+    }
+}
+
+struct Inner {
+    connections: RwLock<Vec<Arc<Connection>>>,
+    /// Index of the connection believed to reach the leader.
+    preferred: AtomicUsize,
+    options: ClientOptions,
+}
+
+/// A handle on a cluster. Cheap to clone; clones share connections.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("Client")
+    }
+}
+
+/// A fresh random op id for a mutation.
+pub fn new_op_id() -> u128 {
+    rand::random()
+}
+
+impl Client {
+    /// A client for the cluster reachable at `endpoints` (`host:port` each).
+    /// Connections are made on first use.
+    pub fn connect<I, S>(endpoints: I) -> Result<Self, LodeError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with_options(endpoints, ClientOptions::default())
+    }
+
+    pub fn with_options<I, S>(endpoints: I, options: ClientOptions) -> Result<Self, LodeError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let connections: Vec<Arc<Connection>> = endpoints
+            .into_iter()
+            .map(Into::into)
+            .filter(|endpoint: &String| !endpoint.trim().is_empty())
+            .map(|endpoint| Arc::new(Connection::new(endpoint.trim())))
+            .collect();
+        if connections.is_empty() {
+            return Err(LodeError::Invalid(
+                "endpoints must name at least one host:port".to_owned(),
+            ));
+        }
+        if options.attempt_timeout.is_zero() || options.call_timeout.is_zero() {
+            return Err(LodeError::Invalid(
+                "attempt_timeout and call_timeout must be above zero".to_owned(),
+            ));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                connections: RwLock::new(connections),
+                preferred: AtomicUsize::new(0),
+                options,
+            }),
+        })
+    }
+
+    /// A handle on one namespace.
+    pub fn kv(&self, namespace: impl Into<String>) -> Kv {
+        Kv::new(self.clone(), namespace.into())
+    }
+
+    fn connections(&self) -> Vec<Arc<Connection>> {
+        self.inner
+            .connections
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Points the client at `address`, adding it when it is not an endpoint yet.
+    fn prefer_address(&self, address: &str) {
+        let mut connections = self
+            .inner
+            .connections
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let index = match connections
+            .iter()
+            .position(|connection| connection.address() == address)
+        {
+            Some(index) => index,
+            None => {
+                connections.push(Arc::new(Connection::new(address)));
+                connections.len() - 1
+            }
+        };
+        self.inner.preferred.store(index, Ordering::Relaxed);
+    }
+
+    fn rotate(&self, from: usize) {
+        let count = self.connections().len().max(1);
+        let _ = self
+            .inner
+            .preferred
+            .compare_exchange(from, (from + 1) % count, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Sends one request with retries. `op_id` is set for mutations: after
+    /// a transport failure or timeout their outcome is unknown, and the call
+    /// ends with `ambiguous_mutation` if no later attempt settles it.
+    pub(crate) async fn send<T, F, Fut>(&self, op_id: Option<u128>, call: F) -> Result<T, LodeError>
+    where
+        F: Fn(LodeServiceClient, tarpc::context::Context) -> Fut,
+        Fut: Future<Output = Result<Result<T, LodeError>, tarpc::client::RpcError>>,
+    {
+        let options = &self.inner.options;
+        let deadline = tokio::time::Instant::now() + options.call_timeout;
+        let mut backoff = options.backoff_initial;
+        let mut uncertain: Option<String> = None;
+        let mut last_error: LodeError;
+        loop {
+            let connections = self.connections();
+            let index = self.inner.preferred.load(Ordering::Relaxed) % connections.len();
+            let connection = &connections[index];
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let attempt_timeout = options.attempt_timeout.min(remaining).max(Duration::from_millis(1));
+            let mut follow_hint_now = false;
+            match connection.call(attempt_timeout, &call).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(LodeError::NotLeader { hint: Some(hint) })) => {
+                    tracing::debug!(from = connection.address(), leader = %hint.address, "following leader hint");
+                    follow_hint_now = connection.address() != hint.address;
+                    self.prefer_address(&hint.address);
+                    last_error = LodeError::NotLeader { hint: Some(hint) };
+                }
+                Ok(Err(error)) if matches!(error, LodeError::NotLeader { .. } | LodeError::Unavailable(_)) => {
+                    self.rotate(index);
+                    last_error = error;
+                }
+                Ok(Err(error)) => return Err(error),
+                Err(failure) => {
+                    if !matches!(failure, CallFailure::Dial(_)) {
+                        uncertain = Some(format!("{failure:?} at {}", connection.address()));
+                    }
+                    self.rotate(index);
+                    last_error = failure.into_error(connection.address());
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(match (op_id, uncertain) {
+                    (Some(op_id), Some(detail)) => LodeError::AmbiguousMutation {
+                        recovery: MutationRecovery::RetrySameOperation { op_id },
+                        detail,
+                    },
+                    _ => last_error,
+                });
+            }
+            if !follow_hint_now {
+                let pause = backoff.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+                tokio::time::sleep(pause).await;
+                backoff = (backoff * 2).min(options.backoff_max);
+            }
+        }
+    }
+
+    /// Applies an atomic batch. `request.op_id` makes it safe to retry.
+    pub async fn write(&self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
+        crate::kv::validate_operations(&request.operations)?;
+        let op_id = request.op_id;
+        self.send(Some(op_id), |client, context| {
+            let request = request.clone();
+            async move { client.write(context, request).await }
+        })
+        .await
+    }
+
+    pub async fn read(&self, request: ReadRequest) -> Result<ReadResponse, LodeError> {
+        crate::kv::validate_read(&request)?;
+        self.send(None, |client, context| {
+            let request = request.clone();
+            async move { client.read(context, request).await }
+        })
+        .await
+    }
+
+    /// The cluster's status as the leader (or, failing that, any node) sees it.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, LodeError> {
+        self.send(
+            None,
+            |client, context| async move { client.cluster_status(context).await },
+        )
+        .await
+    }
+
+    /// The status as the first reachable endpoint itself sees it; with a
+    /// one-endpoint client, that node's own view.
+    pub async fn node_status(&self) -> Result<ClusterStatus, LodeError> {
+        self.send(None, |client, context| async move { client.node_status(context).await })
+            .await
+    }
+
+    /// Adds a member, as a learner until it has caught up, then as a voter.
+    pub async fn add_member(&self, id: u64, address: impl Into<String>) -> Result<ClusterStatus, LodeError> {
+        let address = address.into();
+        self.send(None, |client, context| {
+            let address = address.clone();
+            async move { client.add_member(context, id, address).await }
+        })
+        .await
+    }
+
+    pub async fn remove_member(&self, id: u64) -> Result<ClusterStatus, LodeError> {
+        self.send(None, |client, context| async move {
+            client.remove_member(context, id).await
+        })
+        .await
+    }
+}

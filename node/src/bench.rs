@@ -1,0 +1,162 @@
+//! `lode bench`: closed-loop load from concurrent clients against a running
+//! cluster, bounded in time and in request count, reporting throughput,
+//! latency percentiles and errors.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use hdrhistogram::Histogram;
+
+use crate::cli::Endpoints;
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// Unconditional writes of random keys.
+    Put,
+    /// Linearizable reads of random keys (written first).
+    Get,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArguments {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+    /// Concurrent clients, each with one request in flight.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// How long to run, e.g. `20s`, `500ms`, `2m`.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub duration: Duration,
+    #[arg(long, value_enum, default_value = "put")]
+    pub workload: Workload,
+    #[arg(long, default_value_t = 256)]
+    pub value_bytes: usize,
+    /// Distinct keys the workload touches.
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: u64,
+    /// Stop after this many requests in all, even before the duration ends.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub requests_max: u64,
+    #[arg(long, default_value = "bench")]
+    pub namespace: String,
+}
+
+/// Most concurrent clients a bench may start.
+pub const BENCH_CLIENTS_MAX: usize = 4096;
+
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|character: char| !character.is_ascii_digit())
+        .map_or((text, "s"), |at| text.split_at(at));
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("duration {text:?} does not start with a number"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(number)),
+        "s" => Ok(Duration::from_secs(number)),
+        "m" => Ok(Duration::from_secs(number * 60)),
+        _ => Err(format!("duration {text:?} has unit {unit:?}; use ms, s or m")),
+    }
+}
+
+pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
+    if arguments.clients == 0 || arguments.clients > BENCH_CLIENTS_MAX {
+        anyhow::bail!("--clients must be 1 to {BENCH_CLIENTS_MAX} (bench_clients_max)");
+    }
+    if arguments.keys == 0 {
+        anyhow::bail!("--keys must be at least 1");
+    }
+    let value = vec![b'v'; arguments.value_bytes];
+    let arguments = Arc::new(arguments);
+    if arguments.workload == Workload::Get {
+        prefill(&arguments, &value).await?;
+    }
+    let issued = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let started = tokio::time::Instant::now();
+    let deadline = started + arguments.duration;
+    let mut workers = Vec::new();
+    for worker in 0..arguments.clients {
+        let client = arguments.endpoints.client()?;
+        let kv = client.kv(arguments.namespace.clone());
+        let (arguments, issued, errors, value) = (arguments.clone(), issued.clone(), errors.clone(), value.clone());
+        workers.push(tokio::spawn(async move {
+            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds are valid");
+            let mut sequence = worker as u64;
+            while tokio::time::Instant::now() < deadline
+                && issued.fetch_add(1, Ordering::Relaxed) < arguments.requests_max
+            {
+                sequence = sequence
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let key = format!("key-{}", sequence % arguments.keys);
+                let began = tokio::time::Instant::now();
+                let result = match arguments.workload {
+                    Workload::Put => kv.set(&key).bytes(&value).send().await.map(|_| ()),
+                    Workload::Get => kv.get(&key).await.map(|_| ()),
+                };
+                let micros = began.elapsed().as_micros() as u64;
+                match result {
+                    Ok(()) => {
+                        let _ = histogram.record(micros.max(1));
+                    }
+                    Err(error) => {
+                        if errors.fetch_add(1, Ordering::Relaxed) < 5 {
+                            eprintln!("error: {error}");
+                        }
+                    }
+                }
+            }
+            histogram
+        }));
+    }
+    let mut total = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    for worker in workers {
+        total.add(worker.await?)?;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let done = total.len();
+    println!(
+        "workload={:?} clients={} value_bytes={} keys={} duration={:.1}s",
+        arguments.workload, arguments.clients, arguments.value_bytes, arguments.keys, elapsed
+    );
+    println!(
+        "ops={done} ops/s={:.0} errors={}",
+        done as f64 / elapsed,
+        errors.load(Ordering::Relaxed)
+    );
+    let millis = |quantile: f64| total.value_at_quantile(quantile) as f64 / 1000.0;
+    println!(
+        "latency ms: p50={:.3} p99={:.3} p999={:.3} max={:.3}",
+        millis(0.5),
+        millis(0.99),
+        millis(0.999),
+        total.max() as f64 / 1000.0
+    );
+    Ok(())
+}
+
+/// Writes every key once so reads find values.
+async fn prefill(arguments: &Arc<BenchArguments>, value: &[u8]) -> Result<(), anyhow::Error> {
+    let workers = arguments.clients.min(64) as u64;
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let kv = arguments.endpoints.client()?.kv(arguments.namespace.clone());
+        let (keys, value) = (arguments.keys, value.to_vec());
+        tasks.push(tokio::spawn(async move {
+            let mut key = worker;
+            while key < keys {
+                kv.set(format!("key-{key}")).bytes(&value).send().await?;
+                key += workers;
+            }
+            Ok::<(), lode_client::LodeError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}

@@ -1,0 +1,362 @@
+//! The command-line contract that scripts and docs rely on.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use lode_client::{Client, Consistency, LodeError};
+use tokio::net::TcpListener;
+
+use crate::node::{Membership, Node, NodeConfig};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lode",
+    version,
+    about = "A replicated key-value store for coordination state"
+)]
+pub struct Arguments {
+    #[command(subcommand)]
+    pub command: Commands,
+    /// Log filter (tracing's env-filter syntax); `RUST_LOG` also works.
+    #[arg(long, global = true, env = "LODE_LOG")]
+    pub log: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Commands {
+    /// Run one cluster member.
+    Node(NodeArguments),
+    /// Run a local cluster on loopback with no configuration.
+    Dev(crate::dev::DevArguments),
+    /// Read and write entries.
+    #[command(subcommand)]
+    Kv(KvCommand),
+    /// Inspect and change the cluster's membership.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+    /// Measure throughput and latency against a running cluster.
+    Bench(crate::bench::BenchArguments),
+}
+
+#[derive(Args, Debug)]
+pub struct NodeArguments {
+    #[arg(long)]
+    pub id: u64,
+    /// Address to listen on for both peers and clients.
+    #[arg(long)]
+    pub listen: String,
+    /// Address peers and clients should use (defaults to --listen).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Founding members: `1=host:port,2=host:port,...`.
+    #[arg(long, conflicts_with = "join")]
+    pub peers: Option<String>,
+    /// A member of a running cluster to join through.
+    #[arg(long)]
+    pub join: Option<String>,
+    /// Applied entries between snapshots (the log before a snapshot is purged).
+    #[arg(long, default_value_t = 10_000)]
+    pub snapshot_logs_max: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Endpoints {
+    /// Cluster endpoints, `host:port,...`.
+    #[arg(
+        long,
+        env = "LODE_ENDPOINTS",
+        default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
+    )]
+    pub endpoints: String,
+}
+
+impl Endpoints {
+    pub fn client(&self) -> Result<Client, LodeError> {
+        Client::connect(self.endpoints.split(','))
+    }
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum ConsistencyArgument {
+    Linearizable,
+    Eventual,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KvCommand {
+    /// Write a value; prints the new version.
+    Set {
+        namespace: String,
+        key: String,
+        value: String,
+        /// Expire after this many milliseconds.
+        #[arg(long)]
+        ttl_ms: Option<u64>,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Print a value; exit status 1 and "not found" when absent.
+    Get {
+        namespace: String,
+        key: String,
+        #[arg(long, value_enum, default_value = "linearizable")]
+        consistency: ConsistencyArgument,
+        /// Serve once the node has applied this position (any node).
+        #[arg(long)]
+        at_least: Option<u64>,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Delete a key; prints whether a live entry was removed.
+    Del {
+        namespace: String,
+        key: String,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Print the entry (value, version, expiry, source) as JSON.
+    Entry {
+        namespace: String,
+        key: String,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Leader, term, members and each member's applied index.
+    Status {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Add a member (learner until caught up, then voter).
+    Add {
+        id: u64,
+        address: String,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Remove a member.
+    Remove {
+        id: u64,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+}
+
+pub fn init_logging(arguments: &Arguments) {
+    let default = match arguments.command {
+        // openraft logs every failed replication call at ERROR; a peer that
+        // is down is not a reason to page anyone, and the network layer
+        // logs each outage once at WARN instead.
+        Commands::Node(_) | Commands::Dev(_) => "info,openraft=warn,openraft::replication=off",
+        _ => "warn",
+    };
+    let filter = arguments
+        .log
+        .clone()
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| default.to_owned());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Parses `1=host:port,2=host:port`.
+pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut peers = BTreeMap::new();
+    for item in text.split(',').filter(|item| !item.trim().is_empty()) {
+        let (id, address) = item
+            .split_once('=')
+            .ok_or_else(|| format!("peer {item:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("peer id {id:?} is not a number"))?;
+        if peers.insert(id, address.trim().to_owned()).is_some() {
+            return Err(format!("peer id {id} is given twice"));
+        }
+    }
+    if peers.is_empty() {
+        return Err("--peers names no member".to_owned());
+    }
+    Ok(peers)
+}
+
+/// Runs a member until SIGTERM or Ctrl-C, then shuts it down gracefully.
+async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
+    let membership = match (&arguments.peers, &arguments.join) {
+        (Some(peers), None) => {
+            let peers = parse_peers(peers).map_err(anyhow::Error::msg)?;
+            if !peers.contains_key(&arguments.id) {
+                anyhow::bail!("--peers does not name this node's --id {}", arguments.id);
+            }
+            Membership::Bootstrap(peers)
+        }
+        (None, Some(seed)) => Membership::Join(seed.clone()),
+        _ => Membership::Existing,
+    };
+    let listener = TcpListener::bind(&arguments.listen).await?;
+    let advertise = arguments
+        .advertise
+        .clone()
+        .unwrap_or(listener.local_addr()?.to_string());
+    let mut config = NodeConfig::new(arguments.id, advertise, arguments.data_dir.clone(), membership);
+    config.snapshot_logs_max = arguments.snapshot_logs_max;
+    let node = Node::start(config, listener).await?;
+    wait_for_stop_signal().await;
+    tracing::info!("stop signal received; shutting down");
+    node.shutdown().await;
+    Ok(())
+}
+
+/// Waits for SIGTERM or Ctrl-C.
+pub async fn wait_for_stop_signal() {
+    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(terminate) => terminate,
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the node");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+fn print_json(value: &serde_json::Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+async fn run_kv(command: KvCommand) -> Result<ExitCode, LodeError> {
+    match command {
+        KvCommand::Set {
+            namespace,
+            key,
+            value,
+            ttl_ms,
+            endpoints,
+        } => {
+            let mut set = endpoints.client()?.kv(namespace).set(key).bytes(value);
+            if let Some(ttl_ms) = ttl_ms {
+                set = set.ttl(std::time::Duration::from_millis(ttl_ms));
+            }
+            println!("{}", set.send().await?);
+        }
+        KvCommand::Get {
+            namespace,
+            key,
+            consistency,
+            at_least,
+            endpoints,
+        } => {
+            let consistency = match (at_least, consistency) {
+                (Some(position), _) => Consistency::AtLeast(position),
+                (None, ConsistencyArgument::Linearizable) => Consistency::Linearizable,
+                (None, ConsistencyArgument::Eventual) => Consistency::Eventual,
+            };
+            match endpoints.client()?.kv(namespace).read(key, consistency).await?.entry {
+                Some(entry) => println!("{}", String::from_utf8_lossy(&entry.value)),
+                None => {
+                    eprintln!("not found");
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+        KvCommand::Del {
+            namespace,
+            key,
+            endpoints,
+        } => {
+            println!("{}", endpoints.client()?.kv(namespace).delete(key).await?);
+        }
+        KvCommand::Entry {
+            namespace,
+            key,
+            endpoints,
+        } => match endpoints.client()?.kv(namespace).get_entry(key).await? {
+            Some(entry) => print_json(&serde_json::json!({
+                "key": String::from_utf8_lossy(&entry.key),
+                "value": String::from_utf8_lossy(&entry.value),
+                "encoding": format!("{:?}", entry.encoding).to_lowercase(),
+                "version": entry.version,
+                "expires_at_micros": entry.expires_at_micros,
+                "source": { "term": entry.source_term, "index": entry.source_index },
+            })),
+            None => {
+                eprintln!("not found");
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_cluster(command: ClusterCommand) -> Result<ExitCode, LodeError> {
+    let (status, json) = match command {
+        ClusterCommand::Status { json, endpoints } => (endpoints.client()?.cluster_status().await?, json),
+        ClusterCommand::Add { id, address, endpoints } => (endpoints.client()?.add_member(id, address).await?, false),
+        ClusterCommand::Remove { id, endpoints } => (endpoints.client()?.remove_member(id).await?, false),
+    };
+    if json {
+        print_json(&serde_json::to_value(&status).unwrap_or_default());
+    } else {
+        println!(
+            "leader: {}",
+            status
+                .leader
+                .map(|id| id.to_string())
+                .unwrap_or_else(|| "none".to_owned())
+        );
+        println!("term: {}", status.term);
+        println!("members:");
+        for member in &status.members {
+            let role = if member.voter { "voter" } else { "learner" };
+            let applied = member
+                .applied_index
+                .map(|index| index.to_string())
+                .unwrap_or_else(|| "-".to_owned());
+            println!("  {} {} {role} applied={applied}", member.id, member.address);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn run(arguments: Arguments) -> ExitCode {
+    let result: Result<ExitCode, String> = match arguments.command {
+        Commands::Node(node) => run_node(node)
+            .await
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|error| format!("{error:#}")),
+        Commands::Dev(dev) => crate::dev::run(dev)
+            .await
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|error| format!("{error:#}")),
+        Commands::Kv(command) => run_kv(command).await.map_err(|error| error.to_string()),
+        Commands::Cluster(command) => run_cluster(command).await.map_err(|error| error.to_string()),
+        Commands::Bench(bench) => crate::bench::run(bench)
+            .await
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|error| format!("{error:#}")),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("lode: {message}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! `lode dev`: a whole local cluster in one process on loopback, with no
+//! configuration, keeping its data across restarts.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Args;
+use tokio::net::TcpListener;
+
+use crate::node::{Membership, Node, NodeConfig};
+
+#[derive(Args, Debug)]
+pub struct DevArguments {
+    /// Members to run.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u64,
+    /// Members listen on base-port+1 … base-port+N.
+    #[arg(long, default_value_t = 7100)]
+    pub base_port: u16,
+    #[arg(long, default_value = "./lode-data")]
+    pub data_dir: PathBuf,
+}
+
+/// Most members `lode dev` runs.
+pub const DEV_NODES_MAX: u64 = 9;
+
+pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
+    if arguments.nodes == 0 || arguments.nodes > DEV_NODES_MAX {
+        anyhow::bail!("--nodes must be 1 to {DEV_NODES_MAX} (dev_nodes_max)");
+    }
+    let members: BTreeMap<u64, String> = (1..=arguments.nodes)
+        .map(|id| (id, format!("127.0.0.1:{}", u64::from(arguments.base_port) + id)))
+        .collect();
+    let mut nodes = Vec::new();
+    for (id, address) in &members {
+        let listener = TcpListener::bind(address).await?;
+        let data_dir = arguments.data_dir.join(format!("node-{id}"));
+        let config = NodeConfig::new(*id, address.clone(), data_dir, Membership::Bootstrap(members.clone()));
+        nodes.push(Node::start(config, listener).await?);
+    }
+    let endpoints: Vec<&str> = members.values().map(String::as_str).collect();
+    let endpoints = endpoints.join(",");
+    println!(
+        "Lode dev cluster: {} members, data in {}",
+        arguments.nodes,
+        arguments.data_dir.display()
+    );
+    for (id, address) in &members {
+        println!("  member {id}: {address}");
+    }
+    println!();
+    println!("Try it from another terminal:");
+    println!("  export LODE_ENDPOINTS={endpoints}");
+    println!("  lode kv set config greeting hello");
+    println!("  lode kv get config greeting");
+    println!("  lode cluster status");
+    println!("Stop with Ctrl-C; the data stays for the next start.");
+    crate::cli::wait_for_stop_signal().await;
+    for node in nodes {
+        node.shutdown().await;
+    }
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! openraft's network over the wire protocol: Raft messages travel as
+//! bincode bytes through the `raft` call of the same tarpc service clients
+//! use, on connections that are reused and redialed after any error.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use lode_client::connection::{CallFailure, Connection};
+use lode_client::protocol::RaftMessageKind;
+use lode_raft_store::{NodeId, TypeConfig};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Connections to peers by address, shared by every replication stream and
+/// by request forwarding.
+#[derive(Clone, Default)]
+pub struct PeerConnections {
+    connections: Arc<Mutex<HashMap<String, Arc<Connection>>>>,
+}
+
+impl PeerConnections {
+    pub fn get(&self, address: &str) -> Arc<Connection> {
+        let mut connections = self.connections.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        connections
+            .entry(address.to_owned())
+            .or_insert_with(|| Arc::new(Connection::new(address)))
+            .clone()
+    }
+}
+
+pub struct NetworkFactory {
+    pub peers: PeerConnections,
+}
+
+pub struct PeerClient {
+    target: NodeId,
+    connection: Arc<Connection>,
+    /// Whether the last call failed in transport, so that an outage is
+    /// logged once when it starts and once when it ends.
+    failing: bool,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            target,
+            connection: self.peers.get(&node.addr),
+            failing: false,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportError(String);
+
+impl PeerClient {
+    fn note_transport(&mut self, failure: Option<&str>) {
+        match (self.failing, failure) {
+            (false, Some(detail)) => {
+                tracing::warn!(
+                    peer = self.target,
+                    address = self.connection.address(),
+                    detail,
+                    "peer unreachable"
+                );
+            }
+            (true, None) => tracing::info!(peer = self.target, "peer reachable again"),
+            _ => {}
+        }
+        self.failing = failure.is_some();
+    }
+
+    async fn send<Request, Response, E>(
+        &mut self,
+        kind: RaftMessageKind,
+        request: &Request,
+        option: &RPCOption,
+    ) -> Result<Response, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Request: Serialize,
+        Response: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let payload = bincode::serialize(request).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        let answer = self
+            .connection
+            .call(option.hard_ttl(), |client, context| {
+                let payload = payload.clone();
+                async move { client.raft(context, kind, payload).await }
+            })
+            .await;
+        let bytes = match answer {
+            Ok(Ok(bytes)) => {
+                self.note_transport(None);
+                bytes
+            }
+            Ok(Err(error)) => {
+                self.note_transport(None);
+                return Err(RPCError::Network(NetworkError::new(&error)));
+            }
+            Err(CallFailure::Dial(detail)) => {
+                self.note_transport(Some(&detail));
+                return Err(RPCError::Unreachable(Unreachable::new(&TransportError(detail))));
+            }
+            Err(failure) => {
+                let detail = format!("{failure:?}");
+                self.note_transport(Some(&detail));
+                return Err(RPCError::Network(NetworkError::new(&TransportError(detail))));
+            }
+        };
+        let decoded: Result<Response, RaftError<NodeId, E>> =
+            bincode::deserialize(&bytes).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        decoded.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        request: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.send(RaftMessageKind::AppendEntries, &request, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        request: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
+    {
+        self.send(RaftMessageKind::InstallSnapshot, &request, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        request: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.send(RaftMessageKind::Vote, &request, &option).await
+    }
+}

@@ -1,0 +1,358 @@
+//! One cluster member: storage, Raft, the listener, bootstrap or join, the
+//! expiry sweeper, and graceful shutdown.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use lode_client::connection::codec;
+use lode_client::protocol::LodeService;
+use lode_client::Client;
+use lode_raft_store::command::{Command, CommandV1, Operation};
+use lode_raft_store::limits::SWEEP_ENTRIES_MAX;
+use lode_raft_store::{LogStore, RocksEngine, StateMachineStore, StateReader, TypeConfig};
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use tarpc::server::{BaseChannel, Channel};
+use tarpc::tokio_serde::formats::Bincode;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::facade;
+use crate::network::{NetworkFactory, PeerConnections};
+use crate::reads::ReadIndex;
+use crate::service::NodeService;
+
+/// How a node becomes part of a cluster on its first start.
+#[derive(Clone, Debug)]
+pub enum Membership {
+    /// Founding members by id and address; the smallest id initializes the
+    /// cluster when it has never been initialized.
+    Bootstrap(BTreeMap<u64, String>),
+    /// Ask a running member (any) to add this node.
+    Join(String),
+    /// Restart only: the node's data says which cluster it belongs to.
+    Existing,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub id: u64,
+    /// The address peers and clients use to reach this node.
+    pub advertise: String,
+    pub data_dir: PathBuf,
+    pub membership: Membership,
+    /// Applied entries between snapshots; the log before a snapshot is purged.
+    pub snapshot_logs_max: u64,
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_ms_min: u64,
+    /// How long at-least-position reads wait before answering `stale`.
+    pub read_wait_ms_max: u64,
+    /// Time limit for one forwarded request to the leader.
+    pub forward_timeout_ms: u64,
+    /// How often the leader checks for expired entries to sweep.
+    pub sweep_interval_ms: u64,
+}
+
+impl NodeConfig {
+    pub fn new(id: u64, advertise: impl Into<String>, data_dir: impl Into<PathBuf>, membership: Membership) -> Self {
+        Self {
+            id,
+            advertise: advertise.into(),
+            data_dir: data_dir.into(),
+            membership,
+            snapshot_logs_max: 10_000,
+            heartbeat_interval_ms: 100,
+            election_timeout_ms_min: 400,
+            read_wait_ms_max: 5_000,
+            forward_timeout_ms: 10_000,
+            sweep_interval_ms: 1_000,
+        }
+    }
+}
+
+/// What request handlers share.
+pub struct Shared {
+    pub id: u64,
+    pub raft: Raft<TypeConfig>,
+    pub reader: StateReader<RocksEngine>,
+    pub read_index: ReadIndex,
+    pub peers: PeerConnections,
+    pub config: NodeConfig,
+    /// The last time stamped on a proposed command, to keep stamps monotonic.
+    last_stamp_micros: AtomicU64,
+    /// Requests being served; shutdown waits for them.
+    pub in_flight: Arc<()>,
+}
+
+impl Shared {
+    /// The leader's time for a new command: `max(now, last stamped + 1)`.
+    pub fn stamp(&self) -> u64 {
+        let now = facade::now_micros();
+        let previous = self
+            .last_stamp_micros
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(now.max(last + 1)))
+            .unwrap_or(0);
+        now.max(previous + 1)
+    }
+}
+
+/// A running member.
+pub struct Node {
+    shared: Arc<Shared>,
+    address: String,
+    stop_accepting: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Node {
+    /// Opens storage under `config.data_dir`, starts Raft and serves on
+    /// `listener`. Returns once the node is serving; joining or bootstrapping
+    /// continues in the background.
+    pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<Self, anyhow::Error> {
+        let address = listener.local_addr()?.to_string();
+        std::fs::create_dir_all(&config.data_dir)?;
+        let log_engine = Arc::new(RocksEngine::open(config.data_dir.join("log"))?);
+        let state_engine = Arc::new(RocksEngine::open(config.data_dir.join("state"))?);
+        let state_machine = StateMachineStore::open(state_engine)?;
+        let reader = state_machine.reader();
+        let raft_config = Config {
+            cluster_name: "lode".to_owned(),
+            heartbeat_interval: config.heartbeat_interval_ms,
+            election_timeout_min: config.election_timeout_ms_min,
+            election_timeout_max: config.election_timeout_ms_min * 2,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs_max),
+            max_in_snapshot_log_to_keep: 0,
+            ..Default::default()
+        };
+        let raft_config = Arc::new(raft_config.validate()?);
+        let peers = PeerConnections::default();
+        let raft = Raft::new(
+            config.id,
+            raft_config,
+            NetworkFactory { peers: peers.clone() },
+            LogStore::new(log_engine),
+            state_machine,
+        )
+        .await?;
+        let read_index = ReadIndex::start(raft.clone());
+        let shared = Arc::new(Shared {
+            id: config.id,
+            raft: raft.clone(),
+            reader,
+            read_index,
+            peers,
+            config: config.clone(),
+            last_stamp_micros: AtomicU64::new(0),
+            in_flight: Arc::new(()),
+        });
+        let (stop_accepting, stop_receiver) = watch::channel(false);
+        let span = tracing::info_span!("node", id = config.id);
+        let tasks = vec![
+            tokio::spawn(serve(listener, shared.clone(), stop_receiver).instrument(span.clone())),
+            tokio::spawn(sweep_expired(shared.clone()).instrument(span.clone())),
+            tokio::spawn(enter_cluster(shared.clone()).instrument(span.clone())),
+            tokio::spawn(report_leadership(shared.clone()).instrument(span)),
+        ];
+        tracing::info!(node = config.id, %address, "node serving");
+        Ok(Self {
+            shared,
+            address,
+            stop_accepting,
+            tasks,
+        })
+    }
+
+    /// The address the node listens on.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    pub fn raft(&self) -> &Raft<TypeConfig> {
+        &self.shared.raft
+    }
+
+    /// Stops accepting, lets in-flight requests finish (bounded), stops Raft
+    /// and closes storage.
+    pub async fn shutdown(self) {
+        let _ = self.stop_accepting.send(true);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while Arc::strong_count(&self.shared.in_flight) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for task in &self.tasks {
+            task.abort();
+        }
+        if let Err(error) = self.shared.raft.shutdown().await {
+            tracing::warn!(%error, "raft did not shut down cleanly");
+        }
+        tracing::info!(node = self.shared.id, "node stopped");
+    }
+}
+
+async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.changed() => return,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let transport = tarpc::serde_transport::new(codec().new_framed(stream), Bincode::default());
+        let service = NodeService { shared: shared.clone() };
+        let mut stop_connection = stop.clone();
+        tokio::spawn(async move {
+            let requests = BaseChannel::with_defaults(transport)
+                .execute(service.serve())
+                .for_each(|request| async {
+                    tokio::spawn(request);
+                });
+            // A malformed frame ends this connection's stream; the node and
+            // every other connection carry on.
+            tokio::select! {
+                _ = requests => {}
+                _ = stop_connection.changed() => {}
+            }
+        });
+    }
+}
+
+/// Bootstraps or joins on first start; does nothing on a restart.
+async fn enter_cluster(shared: Arc<Shared>) {
+    let initialized = match shared.raft.is_initialized().await {
+        Ok(initialized) => initialized,
+        Err(error) => {
+            tracing::error!(%error, "raft stopped before the node entered a cluster");
+            return;
+        }
+    };
+    if initialized {
+        tracing::info!(node = shared.id, "restarting as a member of an existing cluster");
+        return;
+    }
+    match shared.config.membership.clone() {
+        Membership::Existing => {
+            tracing::info!(
+                node = shared.id,
+                "no cluster state yet; waiting to be added by a member"
+            );
+        }
+        Membership::Bootstrap(members) => {
+            if members.keys().next() != Some(&shared.id) {
+                tracing::info!(
+                    node = shared.id,
+                    "waiting for the founding member to initialize the cluster"
+                );
+                return;
+            }
+            let nodes: BTreeMap<u64, BasicNode> = members
+                .iter()
+                .map(|(id, address)| (*id, BasicNode::new(address)))
+                .collect();
+            match shared.raft.initialize(nodes).await {
+                Ok(()) => tracing::info!(node = shared.id, members = ?members, "initialized a new cluster"),
+                Err(error) => tracing::warn!(%error, "cluster initialization refused"),
+            }
+        }
+        Membership::Join(seed) => {
+            let client = match Client::connect([seed.clone()]) {
+                Ok(client) => client,
+                Err(error) => {
+                    tracing::error!(%error, %seed, "cannot join: bad seed address");
+                    return;
+                }
+            };
+            loop {
+                match client.add_member(shared.id, shared.config.advertise.clone()).await {
+                    Ok(status) => {
+                        tracing::info!(node = shared.id, leader = ?status.leader, "joined the cluster as a voter");
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, %seed, "join attempt failed; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// On the leader, proposes sweeps while expired entries exist, so every
+/// replica removes them at the same log position.
+async fn sweep_expired(shared: Arc<Shared>) {
+    let interval = Duration::from_millis(shared.config.sweep_interval_ms.max(10));
+    loop {
+        tokio::time::sleep(interval).await;
+        if shared.raft.current_leader().await != Some(shared.id) {
+            continue;
+        }
+        match shared.reader.has_expired_entries(facade::now_micros()) {
+            Ok(false) => continue,
+            Ok(true) => {}
+            Err(error) => {
+                tracing::error!(%error, "reading the expiry index failed");
+                continue;
+            }
+        }
+        let command = Command::V1(CommandV1 {
+            op_id: None,
+            time_micros: shared.stamp(),
+            operations: vec![Operation::SweepExpired {
+                entries_max: SWEEP_ENTRIES_MAX,
+            }],
+        });
+        if let Err(error) = shared.raft.client_write(command).await {
+            tracing::debug!(%error, "sweep proposal failed; the next leader sweeps");
+        }
+    }
+}
+
+/// Logs every change of term or leader once, at info level, and a stop of
+/// Raft at error level.
+async fn report_leadership(shared: Arc<Shared>) {
+    let mut metrics = shared.raft.metrics();
+    let mut last = (0, None);
+    loop {
+        let (current, stopped) = {
+            let seen = metrics.borrow_and_update();
+            (
+                (seen.current_term, seen.current_leader),
+                seen.running_state.clone().err(),
+            )
+        };
+        if let Some(fatal) = stopped {
+            // Raft stops only on a storage failure or a bug: a human must look.
+            tracing::error!(error = %fatal, "raft stopped; this member no longer serves");
+            return;
+        }
+        if current != last {
+            tracing::info!(term = current.0, leader = ?current.1, "leadership changed");
+            last = current;
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Voter ids in the current membership.
+pub fn voter_ids(raft: &Raft<TypeConfig>) -> BTreeSet<u64> {
+    raft.metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .collect()
+}

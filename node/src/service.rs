@@ -1,0 +1,365 @@
+//! The wire protocol's server side: client writes and reads, cluster
+//! administration, and Raft messages from peers.
+//!
+//! Requests that need the leader are forwarded to it once; if that fails the
+//! caller gets a `not_leader` hint and the SDK goes to the leader directly.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lode_client::connection::CallFailure;
+use lode_client::error::LeaderHint;
+use lode_client::protocol::{
+    ClusterStatus, Consistency, LodeService, LodeServiceClient, MemberStatus, RaftMessageKind, ReadRequest,
+    ReadResponse, WriteRequest, WriteResponse,
+};
+use lode_client::LodeError;
+use lode_raft_store::TypeConfig;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ChangeMembers, ServerState};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tarpc::context::Context;
+
+use crate::convert;
+use crate::facade;
+use crate::node::Shared;
+
+#[derive(Clone)]
+pub struct NodeService {
+    pub shared: Arc<Shared>,
+}
+
+fn write_error(error: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> LodeError {
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => LodeError::NotLeader {
+            hint: match (forward.leader_id, forward.leader_node) {
+                (Some(id), Some(node)) => Some(LeaderHint { id, address: node.addr }),
+                _ => None,
+            },
+        },
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => LodeError::Invalid(error.to_string()),
+        RaftError::Fatal(fatal) => LodeError::Unavailable(format!("raft stopped: {fatal}")),
+    }
+}
+
+fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, LodeError> {
+    bincode::deserialize(payload).map_err(|error| LodeError::Invalid(format!("raft payload does not decode: {error}")))
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, LodeError> {
+    bincode::serialize(value).map_err(|error| LodeError::Unavailable(format!("cannot encode raft response: {error}")))
+}
+
+impl NodeService {
+    /// The leader's id and address, when this node knows them and is not it.
+    fn leader_elsewhere(&self) -> Option<LeaderHint> {
+        let metrics = self.shared.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        if leader == self.shared.id {
+            return None;
+        }
+        let node = metrics.membership_config.membership().get_node(&leader)?.clone();
+        Some(LeaderHint {
+            id: leader,
+            address: node.addr,
+        })
+    }
+
+    fn is_leader(&self) -> bool {
+        self.shared.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// Sends a request to the leader; on transport failure answers with a
+    /// hint so the SDK can go there itself.
+    async fn forward<T, F, Fut>(&self, hint: LeaderHint, call: F) -> Result<T, LodeError>
+    where
+        F: FnOnce(LodeServiceClient, Context) -> Fut,
+        Fut: Future<Output = Result<Result<T, LodeError>, tarpc::client::RpcError>>,
+    {
+        let connection = self.shared.peers.get(&hint.address);
+        let timeout = Duration::from_millis(self.shared.config.forward_timeout_ms);
+        match connection.call(timeout, call).await {
+            Ok(answer) => answer,
+            Err(CallFailure::Dial(_)) => Err(LodeError::NotLeader { hint: Some(hint) }),
+            Err(failure) => Err(failure.into_error(&hint.address)),
+        }
+    }
+
+    async fn write_on_leader(&self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
+        let command = convert::command(&request, self.shared.stamp());
+        command.validate().map_err(LodeError::Invalid)?;
+        let response = match self.shared.raft.client_write(command).await {
+            Ok(response) => response,
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                let hint = match (forward.leader_id, forward.leader_node) {
+                    (Some(id), Some(node)) => LeaderHint { id, address: node.addr },
+                    _ => return Err(LodeError::NotLeader { hint: None }),
+                };
+                return self
+                    .forward(
+                        hint,
+                        |client, context| async move { client.write(context, request).await },
+                    )
+                    .await;
+            }
+            Err(error) => return Err(write_error(error)),
+        };
+        let outcome = response.data;
+        let results = outcome.result.map_err(convert::rejection_to_wire)?;
+        let results = results
+            .iter()
+            .map(convert::result_to_wire)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(WriteResponse {
+            position: outcome.index,
+            results,
+        })
+    }
+
+    fn read_local(&self, request: &ReadRequest) -> Result<ReadResponse, LodeError> {
+        // The position is read before the entry, so the state served is at
+        // least as new as the position reported.
+        let position = self.shared.reader.applied_index();
+        let entry = self
+            .shared
+            .reader
+            .get_entry(&request.namespace, &request.key, facade::now_micros())
+            .map_err(|error| {
+                tracing::error!(%error, "reading an entry failed");
+                LodeError::Unavailable(format!("storage error: {error}"))
+            })?;
+        Ok(ReadResponse {
+            entry: entry.map(|entry| convert::entry_to_wire(request.key.clone(), entry)),
+            position,
+        })
+    }
+
+    async fn wait_applied(&self, position: u64) -> Result<(), LodeError> {
+        let wait = Duration::from_millis(self.shared.config.read_wait_ms_max);
+        self.shared
+            .reader
+            .wait_applied(position, wait)
+            .await
+            .map(|_| ())
+            .map_err(|behind| LodeError::Stale {
+                applied: behind.applied,
+                wanted: behind.wanted,
+            })
+    }
+
+    async fn read_request(&self, request: ReadRequest) -> Result<ReadResponse, LodeError> {
+        lode_raft_store::limits::check_namespace(&request.namespace)
+            .and_then(|()| lode_raft_store::limits::check_key(&request.key))
+            .map_err(LodeError::Invalid)?;
+        match request.consistency {
+            Consistency::Eventual => self.read_local(&request),
+            Consistency::AtLeast(position) => {
+                self.wait_applied(position).await?;
+                self.read_local(&request)
+            }
+            Consistency::Linearizable => {
+                if let Some(hint) = self.leader_elsewhere() {
+                    return self
+                        .forward(
+                            hint,
+                            |client, context| async move { client.read(context, request).await },
+                        )
+                        .await;
+                }
+                let read_index = self.shared.read_index.read_index().await?;
+                self.wait_applied(read_index).await?;
+                self.read_local(&request)
+            }
+        }
+    }
+
+    fn local_status(&self) -> ClusterStatus {
+        let metrics = self.shared.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(id, node)| {
+                let applied_index = if *id == self.shared.id {
+                    metrics.last_applied.map(|log_id| log_id.index)
+                } else {
+                    metrics
+                        .replication
+                        .as_ref()
+                        .and_then(|replication| replication.get(id).cloned().flatten())
+                        .map(|log_id| log_id.index)
+                };
+                MemberStatus {
+                    id: *id,
+                    address: node.addr.clone(),
+                    voter: voters.contains(id),
+                    applied_index,
+                }
+            })
+            .collect();
+        ClusterStatus {
+            answered_by: self.shared.id,
+            leader: metrics.current_leader,
+            term: metrics.current_term,
+            members,
+            applied_index: metrics.last_applied.map(|log_id| log_id.index).unwrap_or(0),
+            last_log_index: metrics.last_log_index,
+            snapshot_index: metrics.snapshot.map(|log_id| log_id.index),
+            purged_index: metrics.purged.map(|log_id| log_id.index),
+        }
+    }
+
+    async fn add_member_on_leader(&self, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
+        if address.trim().is_empty() || address.len() > 255 {
+            return Err(LodeError::Invalid(
+                "address must be 1 to 255 bytes of host:port (address_bytes_max = 255)".to_owned(),
+            ));
+        }
+        let existing = self
+            .shared
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .cloned();
+        match existing {
+            Some(node) if node.addr != address => {
+                return Err(LodeError::Invalid(format!(
+                    "member {id} already exists with address {}",
+                    node.addr
+                )));
+            }
+            Some(_) if crate::node::voter_ids(&self.shared.raft).contains(&id) => return Ok(self.local_status()),
+            _ => {}
+        }
+        self.shared
+            .raft
+            .add_learner(id, BasicNode::new(address), true)
+            .await
+            .map_err(write_error)?;
+        let voters = std::collections::BTreeSet::from([id]);
+        self.shared
+            .raft
+            .change_membership(ChangeMembers::AddVoterIds(voters), false)
+            .await
+            .map_err(write_error)?;
+        tracing::info!(member = id, "member added as a voter");
+        Ok(self.local_status())
+    }
+
+    async fn remove_member_on_leader(&self, id: u64) -> Result<ClusterStatus, LodeError> {
+        let membership = self
+            .shared
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .clone();
+        if membership.get_node(&id).is_none() {
+            return Err(LodeError::NotFound(format!("member {id}")));
+        }
+        let ids = std::collections::BTreeSet::from([id]);
+        let change = if membership.voter_ids().any(|voter| voter == id) {
+            ChangeMembers::RemoveVoters(ids)
+        } else {
+            ChangeMembers::RemoveNodes(ids)
+        };
+        self.shared
+            .raft
+            .change_membership(change, false)
+            .await
+            .map_err(write_error)?;
+        tracing::info!(member = id, "member removed");
+        Ok(self.local_status())
+    }
+
+    async fn raft_message(&self, kind: RaftMessageKind, payload: Vec<u8>) -> Result<Vec<u8>, LodeError> {
+        let raft = &self.shared.raft;
+        match kind {
+            RaftMessageKind::AppendEntries => encode(&raft.append_entries(decode(&payload)?).await),
+            RaftMessageKind::Vote => encode(&raft.vote(decode(&payload)?).await),
+            RaftMessageKind::InstallSnapshot => {
+                let request: openraft::raft::InstallSnapshotRequest<TypeConfig> = decode(&payload)?;
+                encode(&raft.install_snapshot(request).await)
+            }
+        }
+    }
+}
+
+impl LodeService for NodeService {
+    async fn write(self, _: Context, request: WriteRequest) -> Result<WriteResponse, LodeError> {
+        let _in_flight = self.shared.in_flight.clone();
+        if let Some(hint) = self.leader_elsewhere() {
+            return self
+                .forward(
+                    hint,
+                    |client, context| async move { client.write(context, request).await },
+                )
+                .await;
+        }
+        self.write_on_leader(request).await
+    }
+
+    async fn read(self, _: Context, request: ReadRequest) -> Result<ReadResponse, LodeError> {
+        let _in_flight = self.shared.in_flight.clone();
+        self.read_request(request).await
+    }
+
+    async fn cluster_status(self, _: Context) -> Result<ClusterStatus, LodeError> {
+        if let Some(hint) = self.leader_elsewhere() {
+            if let Ok(status) = self
+                .forward(
+                    hint,
+                    |client, context| async move { client.cluster_status(context).await },
+                )
+                .await
+            {
+                return Ok(status);
+            }
+        }
+        Ok(self.local_status())
+    }
+
+    async fn node_status(self, _: Context) -> Result<ClusterStatus, LodeError> {
+        Ok(self.local_status())
+    }
+
+    async fn add_member(self, _: Context, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
+        let _in_flight = self.shared.in_flight.clone();
+        if let Some(hint) = self.leader_elsewhere() {
+            return self
+                .forward(hint, |client, context| async move {
+                    client.add_member(context, id, address).await
+                })
+                .await;
+        }
+        if !self.is_leader() {
+            return Err(LodeError::Unavailable("no leader is known yet".to_owned()));
+        }
+        self.add_member_on_leader(id, address).await
+    }
+
+    async fn remove_member(self, _: Context, id: u64) -> Result<ClusterStatus, LodeError> {
+        let _in_flight = self.shared.in_flight.clone();
+        if let Some(hint) = self.leader_elsewhere() {
+            return self
+                .forward(hint, |client, context| async move {
+                    client.remove_member(context, id).await
+                })
+                .await;
+        }
+        if !self.is_leader() {
+            return Err(LodeError::Unavailable("no leader is known yet".to_owned()));
+        }
+        self.remove_member_on_leader(id).await
+    }
+
+    async fn raft(self, _: Context, kind: RaftMessageKind, payload: Vec<u8>) -> Result<Vec<u8>, LodeError> {
+        self.raft_message(kind, payload).await
+    }
+}

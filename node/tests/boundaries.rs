@@ -1,0 +1,232 @@
+//! Bad input, malformed frames, the CLI contract and graceful shutdown,
+//! against a real cluster.
+
+mod support;
+
+use std::io::Write;
+use std::process::Command;
+
+use lode_client::connection::{context, dial};
+use lode_client::protocol::{Consistency, Operation, ReadRequest, WriteRequest};
+use support::{wait_until, TestCluster};
+
+fn set(namespace: &str, key: Vec<u8>, value: Vec<u8>) -> Operation {
+    Operation::Set {
+        namespace: namespace.to_owned(),
+        key,
+        value,
+        encoding: Default::default(),
+        expires_at_micros: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_invalid_and_names_the_limit() {
+    let cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let sdk = cluster.client().kv("ok");
+
+    // The SDK refuses before sending.
+    let cases: Vec<(Operation, &str)> = vec![
+        (set("", b"k".to_vec(), b"v".to_vec()), "namespace must not be empty"),
+        (
+            set(&"n".repeat(257), b"k".to_vec(), b"v".to_vec()),
+            "namespace_bytes_max = 256",
+        ),
+        (set("ok", Vec::new(), b"v".to_vec()), "key must not be empty"),
+        (set("ok", vec![7; 2049], b"v".to_vec()), "key_bytes_max = 2048"),
+        (set("ok", b"k".to_vec(), vec![7; 65_537]), "value_bytes_max = 65536"),
+    ];
+    let client = cluster.client();
+    for (operation, message) in &cases {
+        let error = client
+            .write(WriteRequest {
+                op_id: 1,
+                operations: vec![operation.clone()],
+            })
+            .await
+            .expect_err("the SDK must refuse");
+        assert!(
+            error.is_invalid() && error.to_string().contains(message),
+            "{error} lacks {message:?}"
+        );
+    }
+    let too_many = (0..1001)
+        .map(|index| set("ok", format!("k{index}").into_bytes(), Vec::new()))
+        .collect();
+    let error = client
+        .write(WriteRequest {
+            op_id: 2,
+            operations: too_many,
+        })
+        .await
+        .expect_err("too many");
+    assert!(error.to_string().contains("operations_per_write_max = 1000"), "{error}");
+
+    // The server refuses the same requests when a client skips the checks.
+    let raw = dial(&cluster.members[&leader].address).await.expect("dial");
+    for (index, (operation, message)) in cases.iter().enumerate() {
+        let request = WriteRequest {
+            op_id: 100 + index as u128,
+            operations: vec![operation.clone()],
+        };
+        let answer = raw.write(context(), request).await.expect("transport");
+        let error = answer.expect_err("the server must refuse");
+        assert!(
+            error.is_invalid() && error.to_string().contains(message),
+            "{error} lacks {message:?}"
+        );
+    }
+    let read = ReadRequest {
+        namespace: "ok".to_owned(),
+        key: vec![1; 4096],
+        consistency: Consistency::Eventual,
+    };
+    let error = raw
+        .read(context(), read)
+        .await
+        .expect("transport")
+        .expect_err("oversized key");
+    assert!(error.to_string().contains("key_bytes_max"), "{error}");
+
+    // Limits are inclusive: the largest allowed sizes are stored intact.
+    let version = sdk
+        .set(vec![9u8; 2048])
+        .bytes(vec![8u8; 65_536])
+        .send()
+        .await
+        .expect("largest entry");
+    let entry = sdk.get_entry(vec![9u8; 2048]).await.expect("read").expect("entry");
+    assert_eq!((entry.version, entry.value.len()), (version, 65_536));
+    cluster.assert_no_errors();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_frames_do_not_crash_a_node() {
+    let cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let address = cluster.members[&leader].address.clone();
+    let garbage: [&[u8]; 4] = [
+        b"\x00\x00\x00\x05hello",
+        b"\xff\xff\xff\xff\x00\x01\x02",
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        &[0u8; 64],
+    ];
+    for bytes in garbage {
+        let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+        stream.write_all(bytes).expect("send garbage");
+        drop(stream);
+    }
+    let kv = cluster.client().kv("after-garbage");
+    let version = kv.set("k").bytes("v").send().await.expect("write after garbage");
+    assert_eq!(
+        kv.get_entry("k").await.expect("read").map(|entry| entry.version),
+        Some(version)
+    );
+    let status = cluster
+        .client_of(leader)
+        .node_status()
+        .await
+        .expect("leader still serving");
+    assert_eq!(status.leader, Some(leader));
+}
+
+fn lode(arguments: &[&str], endpoints: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_lode"))
+        .args(arguments)
+        .env("LODE_ENDPOINTS", endpoints)
+        .output()
+        .expect("run lode")
+}
+
+fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reads_writes_and_reports() {
+    let cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let endpoints = cluster.endpoints().join(",");
+
+    let set = lode(&["kv", "set", "config", "greeting", "hello"], &endpoints);
+    assert!(set.status.success(), "{set:?}");
+    let version: u64 = stdout(&set).parse().expect("set prints the version");
+
+    let get = lode(&["kv", "get", "config", "greeting"], &endpoints);
+    assert_eq!((get.status.code(), stdout(&get)), (Some(0), "hello".to_owned()));
+    let at_least = lode(
+        &["kv", "get", "config", "greeting", "--at-least", &version.to_string()],
+        &endpoints,
+    );
+    assert_eq!(stdout(&at_least), "hello");
+    let eventual = lode(
+        &["kv", "get", "config", "greeting", "--consistency", "eventual"],
+        &endpoints,
+    );
+    assert!(eventual.status.success(), "{eventual:?}");
+
+    let entry = lode(&["kv", "entry", "config", "greeting"], &endpoints);
+    let json: serde_json::Value = serde_json::from_slice(&entry.stdout).expect("entry prints JSON");
+    assert_eq!(json["value"], "hello");
+    assert_eq!(json["version"], version);
+    assert_eq!(json["source"]["index"], version);
+    assert!(json["expires_at_micros"].is_null());
+
+    let deleted = lode(&["kv", "del", "config", "greeting"], &endpoints);
+    assert_eq!(stdout(&deleted), "true");
+    let missing = lode(&["kv", "get", "config", "greeting"], &endpoints);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"));
+
+    let status = lode(&["cluster", "status", "--json"], &endpoints);
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status prints JSON");
+    assert_eq!(json["leader"], leader);
+    assert_eq!(json["members"].as_array().map(Vec::len), Some(3));
+
+    let bad = lode(&["kv", "set", "", "key", "value"], &endpoints);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("namespace must not be empty"));
+
+    // A TTL'd entry disappears from reads once expired, then from disk by a sweep.
+    let ttl = lode(
+        &["kv", "set", "config", "short", "lived", "--ttl-ms", "300"],
+        &endpoints,
+    );
+    assert!(ttl.status.success(), "{ttl:?}");
+    let kv = cluster.client().kv("config");
+    wait_until("the TTL entry to expire", || async {
+        kv.get("short").await.expect("read").is_none().then_some(())
+    })
+    .await;
+    cluster.assert_no_errors();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_shuts_a_member_down_gracefully() {
+    let mut cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let kv = cluster.client().kv("shutdown");
+    kv.set("before").bytes("1").send().await.expect("write");
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let mut process = cluster
+        .members
+        .get_mut(&follower)
+        .and_then(|member| member.process.take())
+        .expect("process");
+    let pid = process.id().to_string();
+    let signalled = Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+    assert!(signalled.success());
+    let exit = wait_until("the member to exit", || {
+        let status = process.try_wait().expect("try_wait");
+        async move { status }
+    })
+    .await;
+    assert!(exit.success(), "member exited with {exit:?}");
+    assert!(cluster.log_text(follower).contains("node stopped"));
+    // It restarts from its data and rejoins.
+    cluster.restart(follower);
+    let version = kv.set("after").bytes("2").send().await.expect("write");
+    cluster.wait_applied(follower, version).await;
+    cluster.assert_no_errors_except(&["Unreachable node", "NetworkError"]);
+}

@@ -1,0 +1,234 @@
+//! Whole-cluster tests: real `lode node` processes, real RocksDB, real TCP.
+
+mod support;
+
+use std::time::Duration;
+
+use lode_client::protocol::{Operation, WriteRequest};
+use lode_client::{Client, Consistency};
+use support::{wait_until, TestCluster};
+
+const NAMESPACE: &str = "test";
+
+async fn write_keys(client: &Client, keys: std::ops::Range<u64>, tasks: u64) -> u64 {
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let kv = client.kv(NAMESPACE);
+        let keys = keys.clone();
+        handles.push(tokio::spawn(async move {
+            let mut highest = 0;
+            for key in keys.filter(|key| key % tasks == task) {
+                let version = kv
+                    .set(format!("key-{key}"))
+                    .bytes(format!("value-{key}"))
+                    .send()
+                    .await
+                    .expect("write");
+                highest = highest.max(version);
+            }
+            highest
+        }));
+    }
+    let mut highest = 0;
+    for handle in handles {
+        highest = highest.max(handle.await.expect("writer task"));
+    }
+    highest
+}
+
+async fn assert_keys_on(cluster: &TestCluster, id: u64, keys: std::ops::Range<u64>, position: u64) {
+    let kv = cluster.client_of(id).kv(NAMESPACE);
+    for key in keys {
+        let read = kv
+            .read(format!("key-{key}"), Consistency::AtLeast(position))
+            .await
+            .expect("read");
+        let entry = read.entry.unwrap_or_else(|| panic!("member {id} lacks key-{key}"));
+        assert_eq!(
+            entry.value,
+            format!("value-{key}").into_bytes(),
+            "member {id}, key-{key}"
+        );
+        assert!(read.position >= position);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_replicate_a_thousand_writes() {
+    let cluster = TestCluster::start(3, 10_000);
+    cluster.wait_for_leader().await;
+    let client = cluster.client();
+    let position = write_keys(&client, 0..1000, 16).await;
+    assert!(position >= 1000, "1000 writes end at position {position}");
+    for id in 1..=3 {
+        assert_keys_on(&cluster, id, 0..1000, position).await;
+    }
+    cluster.assert_no_errors();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_loses_no_acknowledged_write() {
+    let mut cluster = TestCluster::start(3, 10_000);
+    let old_leader = cluster.wait_for_leader().await;
+    let client = cluster.client();
+    write_keys(&client, 0..200, 8).await;
+
+    let killed_at = tokio::time::Instant::now();
+    cluster.kill(old_leader);
+    let new_leader = cluster.wait_for_leader().await;
+    let election = killed_at.elapsed();
+    assert_ne!(new_leader, old_leader);
+    // Election timeouts are 400-800 ms; "a few" of them, with process and
+    // test overhead on a loaded 2-core machine.
+    assert!(election < Duration::from_secs(10), "new leader took {election:?}");
+    eprintln!("new leader {new_leader} elected {election:?} after the kill");
+
+    let kv = client.kv(NAMESPACE);
+    for key in 0..200 {
+        let value = kv.get(format!("key-{key}")).await.expect("linearizable read");
+        assert_eq!(value, Some(format!("value-{key}").into_bytes()));
+    }
+    let position = write_keys(&client, 200..300, 4).await;
+
+    cluster.restart(old_leader);
+    cluster.wait_applied(old_leader, position).await;
+    assert_keys_on(&cluster, old_leader, 0..300, position).await;
+    // The survivors report the dead member as unreachable; nothing else.
+    cluster.assert_no_errors_except(&["Unreachable node", "NetworkError"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_added_member_catches_up_from_a_snapshot_and_a_removed_one_stops() {
+    let mut cluster = TestCluster::start(3, 50);
+    let leader = cluster.wait_for_leader().await;
+    let client = cluster.client();
+    let position = write_keys(&client, 0..300, 8).await;
+
+    // The leader has snapshotted and purged its log past the start.
+    let status = wait_until("the leader to purge its log", || async {
+        let status = cluster.client_of(leader).node_status().await.ok()?;
+        status.purged_index.is_some_and(|purged| purged > 100).then_some(status)
+    })
+    .await;
+    assert!(status.snapshot_index.is_some());
+
+    let address = cluster.start_spare(4);
+    let added = client.add_member(4, address.clone()).await.expect("add member");
+    assert!(added.members.iter().any(|member| member.id == 4 && member.voter));
+    cluster.wait_applied(4, position).await;
+    assert_keys_on(&cluster, 4, 0..300, position).await;
+    let status = cluster
+        .client_of(4)
+        .node_status()
+        .await
+        .expect("status of the new member");
+    assert!(status.snapshot_index.is_some(), "member 4 caught up without a snapshot");
+    assert!(
+        cluster.log_text(4).contains("installed snapshot"),
+        "member 4 installed no snapshot"
+    );
+
+    // Adding the same member again is a no-op; a conflicting address is refused.
+    client.add_member(4, address).await.expect("idempotent add");
+    let conflict = client
+        .add_member(4, "127.0.0.1:1".to_owned())
+        .await
+        .expect_err("address conflict");
+    assert!(conflict.is_invalid(), "{conflict:?}");
+
+    let removed = cluster
+        .running()
+        .into_iter()
+        .find(|id| *id != leader && *id != 4)
+        .expect("a follower");
+    let after_removal = client.remove_member(removed).await.expect("remove member");
+    assert!(!after_removal.members.iter().any(|member| member.id == removed));
+    let removed_applied = cluster
+        .client_of(removed)
+        .node_status()
+        .await
+        .expect("status")
+        .applied_index;
+    let position = write_keys(&client, 300..400, 4).await;
+    for id in cluster.running().into_iter().filter(|id| *id != removed) {
+        cluster.wait_applied(id, position).await;
+    }
+    let status = cluster
+        .client_of(removed)
+        .node_status()
+        .await
+        .expect("status of the removed member");
+    assert!(
+        status.applied_index < position,
+        "removed member applied {} >= {position}",
+        status.applied_index
+    );
+    assert!(
+        status.applied_index <= removed_applied + 2,
+        "removed member kept applying"
+    );
+    let missing = client.remove_member(99).await.expect_err("unknown member");
+    assert!(missing.is_not_found(), "{missing:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linearizable_read_on_a_follower_sees_the_latest_write() {
+    let cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let writer = cluster.client_of(leader).kv(NAMESPACE);
+    let reader = Client::connect([cluster.members[&follower].address.clone()])
+        .expect("client")
+        .kv(NAMESPACE);
+    for round in 0..20 {
+        let value = format!("round-{round}");
+        let version = writer.set("shared").bytes(&value).send().await.expect("write");
+        let entry = reader.get_entry("shared").await.expect("read").expect("entry");
+        assert_eq!(entry.value, value.into_bytes());
+        assert_eq!(entry.version, version);
+    }
+    // An eventual read is served locally; an at-least read of a far future
+    // position is refused as stale, not answered with old data.
+    let local = reader
+        .read("shared", Consistency::Eventual)
+        .await
+        .expect("eventual read");
+    assert!(local.position > 0);
+    let stale = reader
+        .read("shared", Consistency::AtLeast(local.position + 1_000_000))
+        .await;
+    assert!(stale.as_ref().is_err_and(|error| error.is_stale()), "{stale:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_operation_applies_once() {
+    let cluster = TestCluster::start(3, 10_000);
+    cluster.wait_for_leader().await;
+    let client = cluster.client();
+    let first = WriteRequest {
+        op_id: 42,
+        operations: vec![Operation::Set {
+            namespace: NAMESPACE.to_owned(),
+            key: b"counter".to_vec(),
+            value: b"first".to_vec(),
+            encoding: Default::default(),
+            expires_at_micros: None,
+        }],
+    };
+    let applied = client.write(first.clone()).await.expect("first write");
+    let later = client
+        .kv(NAMESPACE)
+        .set("counter")
+        .bytes("later")
+        .send()
+        .await
+        .expect("later write");
+    assert!(later > applied.position);
+    // The same op id again: the stored response comes back and nothing is written.
+    let retried = client.write(first).await.expect("retried write");
+    assert_eq!(retried, applied);
+    assert_eq!(
+        client.kv(NAMESPACE).get("counter").await.expect("read"),
+        Some(b"later".to_vec())
+    );
+}

@@ -1,0 +1,235 @@
+//! A test cluster of real `lode node` processes on loopback, with real
+//! RocksDB directories and real TCP. Processes are killed when the cluster
+//! is dropped; every wait polls a condition with a deadline.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use lode_client::{Client, ClientOptions};
+
+pub const WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Picks a free loopback port by binding port 0.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local address").port()
+}
+
+pub struct Member {
+    pub id: u64,
+    pub address: String,
+    pub data_dir: PathBuf,
+    pub log_path: PathBuf,
+    pub process: Option<Child>,
+}
+
+pub struct TestCluster {
+    pub directory: tempfile::TempDir,
+    pub members: BTreeMap<u64, Member>,
+    pub snapshot_logs_max: u64,
+}
+
+fn spawn_node(member: &Member, membership: &[String], snapshot_logs_max: u64) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&member.log_path)
+        .expect("open node log");
+    Command::new(env!("CARGO_BIN_EXE_lode"))
+        .arg("node")
+        .args(["--id", &member.id.to_string(), "--listen", &member.address])
+        .arg("--data-dir")
+        .arg(&member.data_dir)
+        .args(["--snapshot-logs-max", &snapshot_logs_max.to_string()])
+        .args(membership)
+        .env("LODE_LOG", "info,openraft=warn,openraft::replication=off")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("spawn lode node")
+}
+
+impl TestCluster {
+    /// Starts `count` founding members.
+    pub fn start(count: u64, snapshot_logs_max: u64) -> Self {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let mut members = BTreeMap::new();
+        for id in 1..=count {
+            members.insert(id, Self::member(&directory, id));
+        }
+        let peers: Vec<String> = members
+            .values()
+            .map(|member| format!("{}={}", member.id, member.address))
+            .collect();
+        let membership = vec!["--peers".to_owned(), peers.join(",")];
+        for member in members.values_mut() {
+            member.process = Some(spawn_node(member, &membership, snapshot_logs_max));
+        }
+        Self {
+            directory,
+            members,
+            snapshot_logs_max,
+        }
+    }
+
+    fn member(directory: &tempfile::TempDir, id: u64) -> Member {
+        Member {
+            id,
+            address: format!("127.0.0.1:{}", free_port()),
+            data_dir: directory.path().join(format!("node-{id}")),
+            log_path: directory.path().join(format!("node-{id}.log")),
+            process: None,
+        }
+    }
+
+    /// Starts a new member that waits to be added (`cluster add`).
+    pub fn start_spare(&mut self, id: u64) -> String {
+        let mut member = Self::member(&self.directory, id);
+        member.process = Some(spawn_node(&member, &[], self.snapshot_logs_max));
+        let address = member.address.clone();
+        self.members.insert(id, member);
+        address
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .values()
+            .filter(|member| member.process.is_some())
+            .map(|member| member.address.clone())
+            .collect()
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.endpoints()).expect("client")
+    }
+
+    /// A client that talks to one member only and gives up quickly.
+    pub fn client_of(&self, id: u64) -> Client {
+        let options = ClientOptions {
+            call_timeout: Duration::from_secs(2),
+            attempt_timeout: Duration::from_secs(1),
+            ..ClientOptions::default()
+        };
+        Client::with_options([self.members[&id].address.clone()], options).expect("client")
+    }
+
+    pub fn running(&self) -> Vec<u64> {
+        self.members
+            .values()
+            .filter(|member| member.process.is_some())
+            .map(|member| member.id)
+            .collect()
+    }
+
+    /// SIGKILL: no shutdown, no flush.
+    pub fn kill(&mut self, id: u64) {
+        let member = self.members.get_mut(&id).expect("member");
+        if let Some(mut process) = member.process.take() {
+            process.kill().expect("kill");
+            process.wait().expect("wait");
+        }
+    }
+
+    /// Restarts a member from its data directory, with no membership flags.
+    pub fn restart(&mut self, id: u64) {
+        let snapshot_logs_max = self.snapshot_logs_max;
+        let member = self.members.get_mut(&id).expect("member");
+        assert!(member.process.is_none(), "member {id} is still running");
+        member.process = Some(spawn_node(member, &[], snapshot_logs_max));
+    }
+
+    /// Waits until every running member reports the same leader, which is
+    /// itself running.
+    pub async fn wait_for_leader(&self) -> u64 {
+        let running = self.running();
+        wait_until("a leader all running members agree on", || async {
+            let mut leader = None;
+            for id in &running {
+                let status = self.client_of(*id).node_status().await.ok()?;
+                match (leader, status.leader) {
+                    (_, None) => return None,
+                    (None, Some(found)) => leader = Some(found),
+                    (Some(known), Some(found)) if known != found => return None,
+                    _ => {}
+                }
+            }
+            leader.filter(|leader| running.contains(leader))
+        })
+        .await
+    }
+
+    /// Waits until member `id` has applied `position`.
+    pub async fn wait_applied(&self, id: u64, position: u64) {
+        let client = self.client_of(id);
+        wait_until(&format!("member {id} to apply {position}"), || async {
+            let status = client.node_status().await.ok()?;
+            (status.applied_index >= position).then_some(())
+        })
+        .await
+    }
+
+    /// Lines of a member's log at ERROR level.
+    pub fn error_lines(&self, id: u64) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.members[&id].log_path).unwrap_or_default();
+        text.lines()
+            .filter(|line| line.contains("ERROR"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Fails the test when any member logged an ERROR line.
+    pub fn assert_no_errors(&self) {
+        self.assert_no_errors_except(&[]);
+    }
+
+    /// Fails the test when any member logged an ERROR line that contains
+    /// none of `expected` (errors a test provokes on purpose, such as a
+    /// killed peer being unreachable).
+    pub fn assert_no_errors_except(&self, expected: &[&str]) {
+        for id in self.members.keys() {
+            let errors: Vec<String> = self
+                .error_lines(*id)
+                .into_iter()
+                .filter(|line| !expected.iter().any(|pattern| line.contains(pattern)))
+                .collect();
+            assert!(errors.is_empty(), "member {id} logged unexpected errors: {errors:#?}");
+        }
+    }
+
+    pub fn log_text(&self, id: u64) -> String {
+        std::fs::read_to_string(&self.members[&id].log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for member in self.members.values_mut() {
+            if let Some(mut process) = member.process.take() {
+                let _ = process.kill();
+                let _ = process.wait();
+            }
+        }
+    }
+}
+
+/// Polls `condition` until it yields a value, failing after `WAIT_MAX`.
+pub async fn wait_until<T, F, Fut>(what: &str, mut condition: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    loop {
+        if let Some(value) = condition().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
