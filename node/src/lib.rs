@@ -11,6 +11,7 @@ pub mod dev;
 pub mod facade;
 pub mod network;
 pub mod node;
+pub mod proposer;
 pub mod reads;
 pub mod service;
 

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ use tracing::Instrument;
 
 use crate::facade;
 use crate::network::{NetworkFactory, PeerConnections};
+use crate::proposer::Proposer;
 use crate::reads::ReadIndex;
 use crate::service::NodeService;
 
@@ -81,24 +81,11 @@ pub struct Shared {
     pub raft: Raft<TypeConfig>,
     pub reader: StateReader<RocksEngine>,
     pub read_index: ReadIndex,
+    pub proposer: Proposer,
     pub peers: PeerConnections,
     pub config: NodeConfig,
-    /// The last time stamped on a proposed command, to keep stamps monotonic.
-    last_stamp_micros: AtomicU64,
     /// Requests being served; shutdown waits for them.
     pub in_flight: Arc<()>,
-}
-
-impl Shared {
-    /// The leader's time for a new command: `max(now, last stamped + 1)`.
-    pub fn stamp(&self) -> u64 {
-        let now = facade::now_micros();
-        let previous = self
-            .last_stamp_micros
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(now.max(last + 1)))
-            .unwrap_or(0);
-        now.max(previous + 1)
-    }
 }
 
 /// A running member.
@@ -145,9 +132,9 @@ impl Node {
             raft: raft.clone(),
             reader,
             read_index,
+            proposer: Proposer::start(raft.clone()),
             peers,
             config: config.clone(),
-            last_stamp_micros: AtomicU64::new(0),
             in_flight: Arc::new(()),
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
@@ -308,12 +295,12 @@ async fn sweep_expired(shared: Arc<Shared>) {
         }
         let command = Command::V1(CommandV1 {
             op_id: None,
-            time_micros: shared.stamp(),
+            time_micros: 0,
             operations: vec![Operation::SweepExpired {
                 entries_max: SWEEP_ENTRIES_MAX,
             }],
         });
-        if let Err(error) = shared.raft.client_write(command).await {
+        if let Err(error) = shared.proposer.propose(command).await {
             tracing::debug!(%error, "sweep proposal failed; the next leader sweeps");
         }
     }

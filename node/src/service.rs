@@ -16,7 +16,6 @@ use lode_client::protocol::{
 };
 use lode_client::LodeError;
 use lode_raft_store::TypeConfig;
-use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, ServerState};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -29,19 +28,6 @@ use crate::node::Shared;
 #[derive(Clone)]
 pub struct NodeService {
     pub shared: Arc<Shared>,
-}
-
-fn write_error(error: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> LodeError {
-    match error {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => LodeError::NotLeader {
-            hint: match (forward.leader_id, forward.leader_node) {
-                (Some(id), Some(node)) => Some(LeaderHint { id, address: node.addr }),
-                _ => None,
-            },
-        },
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => LodeError::Invalid(error.to_string()),
-        RaftError::Fatal(fatal) => LodeError::Unavailable(format!("raft stopped: {fatal}")),
-    }
 }
 
 fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, LodeError> {
@@ -88,15 +74,11 @@ impl NodeService {
     }
 
     async fn write_on_leader(&self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
-        let command = convert::command(&request, self.shared.stamp());
+        let command = convert::command(&request, 0);
         command.validate().map_err(LodeError::Invalid)?;
-        let response = match self.shared.raft.client_write(command).await {
-            Ok(response) => response,
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
-                let hint = match (forward.leader_id, forward.leader_node) {
-                    (Some(id), Some(node)) => LeaderHint { id, address: node.addr },
-                    _ => return Err(LodeError::NotLeader { hint: None }),
-                };
+        let outcome = match self.shared.proposer.propose(command).await {
+            Ok(outcome) => outcome,
+            Err(LodeError::NotLeader { hint: Some(hint) }) if hint.id != self.shared.id => {
                 return self
                     .forward(
                         hint,
@@ -104,9 +86,8 @@ impl NodeService {
                     )
                     .await;
             }
-            Err(error) => return Err(write_error(error)),
+            Err(error) => return Err(error),
         };
-        let outcome = response.data;
         let results = outcome.result.map_err(convert::rejection_to_wire)?;
         let results = results
             .iter()
@@ -240,13 +221,13 @@ impl NodeService {
             .raft
             .add_learner(id, BasicNode::new(address), true)
             .await
-            .map_err(write_error)?;
+            .map_err(crate::proposer::write_error)?;
         let voters = std::collections::BTreeSet::from([id]);
         self.shared
             .raft
             .change_membership(ChangeMembers::AddVoterIds(voters), false)
             .await
-            .map_err(write_error)?;
+            .map_err(crate::proposer::write_error)?;
         tracing::info!(member = id, "member added as a voter");
         Ok(self.local_status())
     }
@@ -273,7 +254,7 @@ impl NodeService {
             .raft
             .change_membership(change, false)
             .await
-            .map_err(write_error)?;
+            .map_err(crate::proposer::write_error)?;
         tracing::info!(member = id, "member removed");
         Ok(self.local_status())
     }

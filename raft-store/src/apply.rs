@@ -1,22 +1,27 @@
-//! Deterministic apply: the state change one command makes, computed from
-//! the stored state, the command and its log id alone.
+//! Deterministic apply: the state change one log entry makes, computed from
+//! the stored state, the entry's commands and its log id alone.
 //!
 //! Nothing here reads a clock, randomness or the environment. Every
 //! time-based decision uses the command's time, so two replicas that apply
 //! the same log hold byte-identical state.
+//!
+//! One entry carries a [`Proposal`]: commands from different clients that
+//! the leader grouped so that one fsync commits them all. Each command is
+//! atomic on its own and sees the effects of the commands before it. All of
+//! an entry's writes, and `last_applied`, go to disk in one batch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, CommandOutcome, CommandV1, Operation, OperationResult, Rejection};
+use crate::command::{Command, CommandOutcome, CommandV1, OpId, Operation, OperationResult, Proposal, Rejection};
 use crate::engine::{Engine, Space, WriteBatch};
 use crate::entry::{SourceId, StoredEntry};
 use crate::error::{decode, encode, EngineError};
 use crate::keys;
 use crate::limits::{DEDUP_PRUNE_PER_APPLY_MAX, DEDUP_RETENTION_MICROS};
 
-/// Where a command sits in the log.
+/// Where an entry sits in the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Position {
     pub term: u64,
@@ -30,23 +35,42 @@ struct DedupRecord {
     outcome: CommandOutcome,
 }
 
-/// Entries read or written by the command so far, so that a later operation
-/// in the same command sees an earlier one's effect.
+/// The state as the entry being applied sees it: the engine, plus what the
+/// entry's earlier commands wrote (`settled`), plus what the current command
+/// has written so far (`pending`, dropped if the command is rejected).
 struct Overlay<'a, E: Engine> {
     engine: &'a E,
-    entries: BTreeMap<Vec<u8>, Option<StoredEntry>>,
+    settled: BTreeMap<Vec<u8>, Option<StoredEntry>>,
+    pending: BTreeMap<Vec<u8>, Option<StoredEntry>>,
+    /// Entry keys written by settled commands: a key is written at most once
+    /// per log entry, so that a version names exactly one value.
+    written: BTreeSet<Vec<u8>>,
+    /// Op ids of settled commands, with their outcomes.
+    outcomes: BTreeMap<OpId, CommandOutcome>,
 }
 
 impl<'a, E: Engine> Overlay<'a, E> {
+    fn new(engine: &'a E) -> Self {
+        Self {
+            engine,
+            settled: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            written: BTreeSet::new(),
+            outcomes: BTreeMap::new(),
+        }
+    }
+
     fn get(&mut self, entry_key: &[u8]) -> Result<Option<StoredEntry>, EngineError> {
-        if let Some(entry) = self.entries.get(entry_key) {
+        if let Some(entry) = self.pending.get(entry_key).or_else(|| self.settled.get(entry_key)) {
             return Ok(entry.clone());
         }
         let stored = match self.engine.get(Space::Entries, entry_key)? {
             Some(bytes) => Some(decode::<StoredEntry>("entry", &bytes)?),
             None => None,
         };
-        self.entries.insert(entry_key.to_vec(), stored.clone());
+        // Caching an engine read in `settled` is safe: it is what every
+        // command of this entry would read.
+        self.settled.insert(entry_key.to_vec(), stored.clone());
         Ok(stored)
     }
 
@@ -59,7 +83,7 @@ impl<'a, E: Engine> Overlay<'a, E> {
             batch.put(Space::Expiry, keys::expiry_key(expires_at, &entry_key), Vec::new());
         }
         batch.put(Space::Entries, entry_key.clone(), encode("entry", &entry)?);
-        self.entries.insert(entry_key, Some(entry));
+        self.pending.insert(entry_key, Some(entry));
         Ok(())
     }
 
@@ -71,41 +95,94 @@ impl<'a, E: Engine> Overlay<'a, E> {
             }
             batch.delete(Space::Entries, entry_key.clone());
         }
-        self.entries.insert(entry_key, None);
+        self.pending.insert(entry_key, None);
         Ok(previous)
+    }
+
+    /// The first key the pending command writes that an earlier command of
+    /// the entry already wrote.
+    fn rewritten_key(&self) -> Option<&Vec<u8>> {
+        self.pending.keys().find(|key| self.written.contains(*key))
+    }
+
+    fn settle(&mut self) {
+        for (key, entry) in std::mem::take(&mut self.pending) {
+            self.written.insert(key.clone());
+            self.settled.insert(key, entry);
+        }
+    }
+
+    fn discard(&mut self) {
+        self.pending.clear();
+    }
+
+    fn dedup_outcome(&self, op_id: OpId) -> Result<Option<CommandOutcome>, EngineError> {
+        if let Some(outcome) = self.outcomes.get(&op_id) {
+            return Ok(Some(outcome.clone()));
+        }
+        match self.engine.get(Space::Dedup, &op_id.0.to_be_bytes())? {
+            Some(bytes) => Ok(Some(decode::<DedupRecord>("dedup record", &bytes)?.outcome)),
+            None => Ok(None),
+        }
     }
 }
 
-/// Applies one command at `position` with the state machine's clock at
-/// `time_micros` (already `max(command time, last applied time)`), adding
-/// its writes to `batch`.
-pub fn apply_command<E: Engine>(
+/// Applies one entry's proposal at `position`. `clock_micros` is the last
+/// applied time; the returned outcomes carry each command's time, and the
+/// last of them is the new clock.
+pub fn apply_proposal<E: Engine>(
     engine: &E,
     batch: &mut WriteBatch,
-    command: &Command,
+    proposal: &Proposal,
+    position: Position,
+    clock_micros: u64,
+) -> Result<(Vec<CommandOutcome>, u64), EngineError> {
+    let mut overlay = Overlay::new(engine);
+    let mut clock = clock_micros;
+    let mut outcomes = Vec::with_capacity(proposal.commands.len());
+    for command in &proposal.commands {
+        let Command::V1(v1) = command;
+        clock = clock.max(v1.time_micros);
+        outcomes.push(apply_command(&mut overlay, batch, v1, position, clock)?);
+    }
+    if !proposal.commands.is_empty() {
+        prune_dedup(engine, batch, clock)?;
+    }
+    Ok((outcomes, clock))
+}
+
+fn apply_command<E: Engine>(
+    overlay: &mut Overlay<'_, E>,
+    batch: &mut WriteBatch,
+    command: &CommandV1,
     position: Position,
     time_micros: u64,
 ) -> Result<CommandOutcome, EngineError> {
-    let Command::V1(CommandV1 { op_id, operations, .. }) = command;
-    if let Some(op_id) = op_id {
-        if let Some(bytes) = engine.get(Space::Dedup, &op_id.0.to_be_bytes())? {
-            let record: DedupRecord = decode("dedup record", &bytes)?;
-            let mut outcome = record.outcome;
+    if let Some(op_id) = command.op_id {
+        if let Some(mut outcome) = overlay.dedup_outcome(op_id)? {
             outcome.deduplicated = true;
             return Ok(outcome);
         }
     }
-    prune_dedup(engine, batch, time_micros)?;
-
     let result = match command.validate() {
         Err(message) => Err(Rejection::Invalid(message)),
         Ok(()) => {
             // Operations write into a scratch batch first, so a rejection
             // part-way through leaves nothing behind.
             let mut scratch = WriteBatch::default();
-            let result = apply_operations(engine, &mut scratch, operations, position, time_micros)?;
+            let result = apply_operations(overlay, &mut scratch, &command.operations, position, time_micros)?;
+            let result = match (result, overlay.rewritten_key()) {
+                (Ok(_), Some(key)) => Err(Rejection::Invalid(format!(
+                    "key {key:?} is written by two commands of log entry {}; the leader must not group them",
+                    position.index
+                ))),
+                (result, _) => result,
+            };
             if result.is_ok() {
                 batch.ops.extend(scratch.ops);
+                overlay.settle();
+            } else {
+                overlay.discard();
             }
             result
         }
@@ -117,7 +194,7 @@ pub fn apply_command<E: Engine>(
         result,
         deduplicated: false,
     };
-    if let Some(op_id) = op_id {
+    if let Some(op_id) = command.op_id {
         let record = DedupRecord {
             time_micros,
             outcome: outcome.clone(),
@@ -132,21 +209,18 @@ pub fn apply_command<E: Engine>(
             keys::dedup_time_key(time_micros, op_id.0).to_vec(),
             Vec::new(),
         );
+        overlay.outcomes.insert(op_id, outcome.clone());
     }
     Ok(outcome)
 }
 
 fn apply_operations<E: Engine>(
-    engine: &E,
+    overlay: &mut Overlay<'_, E>,
     batch: &mut WriteBatch,
     operations: &[Operation],
     position: Position,
     now_micros: u64,
 ) -> Result<Result<Vec<OperationResult>, Rejection>, EngineError> {
-    let mut overlay = Overlay {
-        engine,
-        entries: BTreeMap::new(),
-    };
     let source = SourceId {
         term: position.term,
         index: position.index,
@@ -179,7 +253,7 @@ fn apply_operations<E: Engine>(
                 OperationResult::Delete { removed_live_entry }
             }
             Operation::SweepExpired { entries_max } => {
-                let removed = sweep(engine, &mut overlay, batch, *entries_max, now_micros)?;
+                let removed = sweep(overlay, batch, *entries_max, now_micros)?;
                 OperationResult::SweepExpired { removed }
             }
         };
@@ -191,14 +265,15 @@ fn apply_operations<E: Engine>(
 /// Removes entries whose expiry is at or before `now_micros`, oldest expiry
 /// first, at most `entries_max`.
 fn sweep<E: Engine>(
-    engine: &E,
     overlay: &mut Overlay<'_, E>,
     batch: &mut WriteBatch,
     entries_max: u32,
     now_micros: u64,
 ) -> Result<u32, EngineError> {
     let end = now_micros.saturating_add(1).to_be_bytes();
-    let due = engine.scan(Space::Expiry, &[], Some(&end), entries_max as usize)?;
+    let due = overlay
+        .engine
+        .scan(Space::Expiry, &[], Some(&end), entries_max as usize)?;
     let mut removed = 0;
     for (index_key, _) in due {
         let (expires_at, entry_key) = keys::split_expiry_key(&index_key)
@@ -208,8 +283,8 @@ fn sweep<E: Engine>(
                 overlay.remove(batch, entry_key.to_vec())?;
                 removed += 1;
             }
-            // The entry was rewritten or removed earlier in this command;
-            // only the index key is left to drop.
+            // The entry was rewritten or removed earlier in this entry; only
+            // the index key is left to drop.
             _ => batch.delete(Space::Expiry, index_key.clone()),
         }
     }

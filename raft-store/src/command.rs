@@ -24,7 +24,33 @@ pub enum Encoding {
     Custom(String),
 }
 
-/// One replicated command, as it is stored in the log.
+/// What one Raft log entry carries: commands, usually from different
+/// clients, that the leader grouped so that one log append (one fsync)
+/// commits them all. Each command is atomic on its own and applies after the
+/// ones before it; the leader never groups two commands that write the same
+/// key, so a version (the entry's log index) names exactly one value of a key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub commands: Vec<Command>,
+}
+
+/// What applying one log entry produced: one outcome per command, in order.
+/// Blank and membership entries produce none.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ProposalOutcome {
+    pub outcomes: Vec<CommandOutcome>,
+}
+
+impl Proposal {
+    /// A proposal of one command.
+    pub fn single(command: Command) -> Self {
+        Self {
+            commands: vec![command],
+        }
+    }
+}
+
+/// One replicated command.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     V1(CommandV1),
@@ -82,8 +108,7 @@ pub enum Rejection {
     Invalid(String),
 }
 
-/// What applying one log entry produced. Blank and membership entries produce
-/// an outcome with no results.
+/// What applying one command produced.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandOutcome {
     /// The log index of the command: the version of every key it wrote.
@@ -106,20 +131,43 @@ impl Command {
         }
     }
 
+    /// The entry keys this command may write, or `None` when the set is not
+    /// known before apply (a sweep): such a command is proposed alone.
+    pub fn written_keys(&self) -> Option<Vec<Vec<u8>>> {
+        let Command::V1(command) = self;
+        command
+            .operations
+            .iter()
+            .map(|operation| match operation {
+                Operation::Set { namespace, key, .. } | Operation::Delete { namespace, key } => {
+                    Some(crate::keys::entry_key(namespace, key))
+                }
+                Operation::SweepExpired { .. } => None,
+            })
+            .collect()
+    }
+
     /// Checks every limit of every operation; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
         let Command::V1(command) = self;
-        if command.operations.is_empty() {
+        command.validate()
+    }
+}
+
+impl CommandV1 {
+    /// Checks every limit of every operation; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.operations.is_empty() {
             return Err("operations must not be empty".to_owned());
         }
-        if command.operations.len() > crate::limits::OPERATIONS_PER_COMMAND_MAX {
+        if self.operations.len() > crate::limits::OPERATIONS_PER_COMMAND_MAX {
             return Err(format!(
                 "operations has {} items, over the limit operations_per_command_max = {}",
-                command.operations.len(),
+                self.operations.len(),
                 crate::limits::OPERATIONS_PER_COMMAND_MAX
             ));
         }
-        for operation in &command.operations {
+        for operation in &self.operations {
             operation.validate()?;
         }
         Ok(())

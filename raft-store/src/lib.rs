@@ -18,7 +18,10 @@ pub mod snapshot;
 pub mod state_machine;
 pub mod type_config;
 
-pub use command::{Command, CommandOutcome, CommandV1, Encoding, OpId, Operation, OperationResult, Rejection};
+pub use command::{
+    Command, CommandOutcome, CommandV1, Encoding, OpId, Operation, OperationResult, Proposal, ProposalOutcome,
+    Rejection,
+};
 pub use engine::{memory::MemoryEngine, rocks::RocksEngine, Engine};
 pub use entry::{SourceId, StoredEntry};
 pub use error::EngineError;

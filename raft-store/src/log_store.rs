@@ -13,7 +13,7 @@ use std::sync::Arc;
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, RaftLogId, StorageError, StorageIOError, Vote};
 
-use crate::engine::{Durability, Engine, Space, WriteBatch};
+use crate::engine::{run_blocking, Durability, Engine, Space, WriteBatch};
 use crate::error::{decode, encode, EngineError};
 use crate::keys::{self, meta};
 use crate::type_config::{NodeId, TypeConfig};
@@ -60,15 +60,15 @@ impl<E: Engine> LogStore<E> {
         }
     }
 
-    fn write_meta<T: serde::Serialize>(
-        &self,
-        key: &[u8],
-        value: &T,
-        durability: Durability,
-    ) -> Result<(), EngineError> {
+    /// A synced write, off the async runtime's threads when it blocks on disk.
+    async fn write_synced(&self, batch: WriteBatch) -> Result<(), EngineError> {
+        run_blocking(&self.engine, move |engine| engine.write(batch, Durability::Synced)).await
+    }
+
+    fn meta_batch<T: serde::Serialize>(key: &[u8], value: &T) -> Result<WriteBatch, EngineError> {
         let mut batch = WriteBatch::default();
         batch.put(Space::RaftMeta, key.to_vec(), encode("raft meta", value)?);
-        self.engine.write(batch, durability)
+        Ok(batch)
     }
 }
 
@@ -144,8 +144,8 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
-        self.write_meta(meta::VOTE, vote, Durability::Synced)
-            .map_err(write_error)
+        let batch = Self::meta_batch(meta::VOTE, vote).map_err(write_error)?;
+        self.write_synced(batch).await.map_err(write_error)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
@@ -155,8 +155,8 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
         // Buffered: a committed id lost with the machine is learned again
         // from the leader; it only lets a restarted node re-apply sooner.
-        self.write_meta(meta::COMMITTED, &committed, Durability::Buffered)
-            .map_err(write_error)
+        let batch = Self::meta_batch(meta::COMMITTED, &committed).map_err(write_error)?;
+        self.engine.write(batch, Durability::Buffered).map_err(write_error)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
@@ -178,7 +178,7 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         }
         // One batch, synced before the callback: openraft counts the entries
         // as persisted (and may commit them) as soon as it is called.
-        let result = self.engine.write(batch, Durability::Synced);
+        let result = self.write_synced(batch).await;
         match result {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
@@ -200,7 +200,7 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
             keys::log_key(u64::MAX).to_vec(),
         );
         batch.delete(Space::Log, keys::log_key(u64::MAX).to_vec());
-        self.engine.write(batch, Durability::Synced).map_err(write_error)
+        self.write_synced(batch).await.map_err(write_error)
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
@@ -214,6 +214,6 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         );
         let end = log_id.index.saturating_add(1);
         batch.delete_range(Space::Log, keys::log_key(0).to_vec(), keys::log_key(end).to_vec());
-        self.engine.write(batch, Durability::Synced).map_err(write_error)
+        self.write_synced(batch).await.map_err(write_error)
     }
 }

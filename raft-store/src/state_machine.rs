@@ -11,9 +11,9 @@ use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{BasicNode, Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageError, StoredMembership};
 use tokio::sync::watch;
 
-use crate::apply::{apply_command, Position};
-use crate::command::{Command, CommandOutcome};
-use crate::engine::{Durability, Engine, Space, WriteBatch};
+use crate::apply::{apply_proposal, Position};
+use crate::command::ProposalOutcome;
+use crate::engine::{run_blocking, Durability, Engine, Space, WriteBatch};
 use crate::error::{decode, encode, EngineError};
 use crate::keys::meta;
 use crate::log_store::{read_error, write_error};
@@ -80,23 +80,18 @@ impl<E: Engine> StateMachineStore<E> {
         StateReader::new(self.engine.clone(), self.applied.subscribe())
     }
 
-    fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<CommandOutcome, EngineError> {
+    fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<ProposalOutcome, EngineError> {
         let position = Position {
             term: entry.log_id.leader_id.term,
             index: entry.log_id.index,
         };
-        let clock: u64 = read_meta(self.engine.as_ref(), meta::CLOCK)?.unwrap_or(0);
         let mut batch = WriteBatch::default();
         let outcome = match &entry.payload {
-            EntryPayload::Normal(command) => {
-                let Command::V1(v1) = command;
-                let time_micros = v1.time_micros.max(clock);
-                batch.put(
-                    Space::StateMeta,
-                    meta::CLOCK.to_vec(),
-                    encode("state meta", &time_micros)?,
-                );
-                apply_command(self.engine.as_ref(), &mut batch, command, position, time_micros)?
+            EntryPayload::Normal(proposal) => {
+                let clock: u64 = read_meta(self.engine.as_ref(), meta::CLOCK)?.unwrap_or(0);
+                let (outcomes, clock) = apply_proposal(self.engine.as_ref(), &mut batch, proposal, position, clock)?;
+                batch.put(Space::StateMeta, meta::CLOCK.to_vec(), encode("state meta", &clock)?);
+                ProposalOutcome { outcomes }
             }
             EntryPayload::Membership(membership) => {
                 let stored = Membership::new(Some(entry.log_id), membership.clone());
@@ -105,9 +100,9 @@ impl<E: Engine> StateMachineStore<E> {
                     meta::MEMBERSHIP.to_vec(),
                     encode("state meta", &stored)?,
                 );
-                CommandOutcome::empty(position, clock)
+                ProposalOutcome::default()
             }
-            EntryPayload::Blank => CommandOutcome::empty(position, clock),
+            EntryPayload::Blank => ProposalOutcome::default(),
         };
         batch.put(
             Space::StateMeta,
@@ -118,18 +113,6 @@ impl<E: Engine> StateMachineStore<E> {
         // on restart; `open` covers the case where the log was purged.
         self.engine.write(batch, Durability::Buffered)?;
         Ok(outcome)
-    }
-}
-
-impl CommandOutcome {
-    fn empty(position: Position, time_micros: u64) -> Self {
-        CommandOutcome {
-            index: position.index,
-            term: position.term,
-            time_micros,
-            result: Ok(Vec::new()),
-            deduplicated: false,
-        }
     }
 }
 
@@ -144,20 +127,13 @@ impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
         let taken = std::mem::replace(&mut self.taken, Err("snapshot builder used twice".to_owned()));
         let (checkpoint, meta) = taken
             .map_err(|message| read_error(EngineError::io("taking a checkpoint", std::io::Error::other(message))))?;
-        let engine = self.engine.clone();
-        let stored = tokio::task::spawn_blocking(move || -> Result<StoredSnapshot, EngineError> {
+        let stored = run_blocking(&self.engine, move |engine| {
             let image = E::pack(checkpoint)?;
             let stored = StoredSnapshot { meta, image };
             engine.save_snapshot(&stored.to_bytes()?)?;
             Ok(stored)
         })
         .await
-        .map_err(|error| {
-            read_error(EngineError::io(
-                "packing a snapshot",
-                std::io::Error::other(error.to_string()),
-            ))
-        })?
         .map_err(write_error)?;
         tracing::info!(snapshot = %stored.meta.snapshot_id, bytes = stored.image.len(), "built snapshot");
         Ok(Snapshot {
@@ -178,7 +154,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         Ok((applied, membership))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandOutcome>, StorageError<NodeId>>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<ProposalOutcome>, StorageError<NodeId>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -232,23 +208,16 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let image = snapshot.into_inner();
-        let engine = self.engine.clone();
         let stored = StoredSnapshot {
             meta: meta.clone(),
             image,
         };
-        let installed = tokio::task::spawn_blocking(move || -> Result<Option<LogId<NodeId>>, EngineError> {
+        let installed = run_blocking(&self.engine, move |engine| {
             engine.restore(&stored.image)?;
             engine.save_snapshot(&stored.to_bytes()?)?;
-            applied_log_id(engine.as_ref())
+            applied_log_id(engine)
         })
         .await
-        .map_err(|error| {
-            write_error(EngineError::io(
-                "installing a snapshot",
-                std::io::Error::other(error.to_string()),
-            ))
-        })?
         .map_err(write_error)?;
         // Checked after restoring: the image must be the state the meta names.
         if installed != meta.last_log_id {

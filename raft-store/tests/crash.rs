@@ -7,7 +7,7 @@ use std::process::{Command as Process, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lode_raft_store::command::{Command, CommandV1, Encoding, Operation};
+use lode_raft_store::command::{Command, CommandV1, Encoding, Operation, Proposal};
 use lode_raft_store::{LogStore, RocksEngine, StateMachineStore, TypeConfig};
 use openraft::storage::{RaftLogReader, RaftLogStorageExt, RaftStateMachine};
 use openraft::testing::log_id;
@@ -34,7 +34,7 @@ fn command(index: u64) -> Command {
 fn entry(index: u64) -> Entry<TypeConfig> {
     Entry {
         log_id: log_id(1, 1, index),
-        payload: EntryPayload::Normal(command(index)),
+        payload: EntryPayload::Normal(Proposal::single(command(index))),
     }
 }
 
@@ -94,7 +94,10 @@ async fn sigkill_loses_no_acknowledged_write() -> Result<(), Box<dyn std::error:
     );
     for (offset, entry) in entries.iter().enumerate() {
         assert_eq!(entry.log_id.index, offset as u64 + 1);
-        assert_eq!(entry.payload, EntryPayload::Normal(command(offset as u64 + 1)));
+        assert_eq!(
+            entry.payload,
+            EntryPayload::Normal(Proposal::single(command(offset as u64 + 1)))
+        );
     }
     let mut state = StateMachineStore::open(Arc::new(RocksEngine::open(directory.path().join("state"))?))?;
     let (applied, _) = state.applied_state().await?;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use lode_raft_store::command::{Command, CommandV1, Encoding, OpId, Operation, OperationResult, Rejection};
+use lode_raft_store::command::{Command, CommandV1, Encoding, OpId, Operation, OperationResult, Proposal, Rejection};
 use lode_raft_store::engine::Engine;
 use lode_raft_store::{CommandOutcome, MemoryEngine, RocksEngine, StateMachineStore, TypeConfig};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
@@ -33,11 +33,11 @@ fn delete(key: &str) -> Operation {
 fn entry(index: u64, time_micros: u64, op_id: Option<u128>, operations: Vec<Operation>) -> Entry<TypeConfig> {
     Entry {
         log_id: log_id(2, 1, index),
-        payload: EntryPayload::Normal(Command::V1(CommandV1 {
+        payload: EntryPayload::Normal(Proposal::single(Command::V1(CommandV1 {
             op_id: op_id.map(OpId),
             time_micros,
             operations,
-        })),
+        }))),
     }
 }
 
@@ -45,7 +45,16 @@ async fn apply_one<E: Engine>(
     state: &mut StateMachineStore<E>,
     entry: Entry<TypeConfig>,
 ) -> Result<CommandOutcome, Box<dyn std::error::Error>> {
-    state.apply([entry]).await?.pop().ok_or_else(|| "no outcome".into())
+    Ok(apply_all(state, vec![entry]).await?.remove(0))
+}
+
+/// Applies entries of one command each and returns each command's outcome.
+async fn apply_all<E: Engine>(
+    state: &mut StateMachineStore<E>,
+    entries: Vec<Entry<TypeConfig>>,
+) -> Result<Vec<CommandOutcome>, Box<dyn std::error::Error>> {
+    let outcomes = state.apply(entries).await?;
+    Ok(outcomes.into_iter().flat_map(|outcome| outcome.outcomes).collect())
 }
 
 /// A log with every operation kind, times that go backwards, and a repeat.
@@ -65,7 +74,7 @@ async fn replicas_that_apply_the_same_log_hold_identical_state() -> TestResult {
     let mut outcomes = Vec::new();
     for engine in &engines {
         let mut state = StateMachineStore::open(engine.clone())?;
-        outcomes.push(state.apply(sample_log()).await?);
+        outcomes.push(apply_all(&mut state, sample_log()).await?);
     }
     assert_eq!(outcomes[0], outcomes[1]);
     assert_eq!(engines[0].checkpoint()?, engines[1].checkpoint()?);
@@ -76,7 +85,7 @@ async fn replicas_that_apply_the_same_log_hold_identical_state() -> TestResult {
 async fn apply_follows_the_command_time_and_sweeps_expired_entries() -> TestResult {
     let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
     let reader = state.reader();
-    let outcomes = state.apply(sample_log()).await?;
+    let outcomes = apply_all(&mut state, sample_log()).await?;
 
     // Entry 2's time went backwards: apply used the later time instead.
     assert_eq!(outcomes[1].time_micros, 1_000);
@@ -220,5 +229,71 @@ async fn a_crash_that_loses_state_behind_the_snapshot_restores_the_snapshot() ->
     let mut reopened = StateMachineStore::open(engine)?;
     assert_eq!(reopened.applied_state().await?.0, Some(log_id(2, 1, 5)));
     assert_eq!(reopened.reader().get_entry("ns", b"a", 0)?, None);
+    Ok(())
+}
+
+fn command(time_micros: u64, op_id: Option<u128>, operations: Vec<Operation>) -> Command {
+    Command::V1(CommandV1 {
+        op_id: op_id.map(OpId),
+        time_micros,
+        operations,
+    })
+}
+
+#[tokio::test]
+async fn commands_grouped_in_one_entry_apply_in_order_and_each_on_its_own() -> TestResult {
+    let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    let reader = state.reader();
+    let proposal = Proposal {
+        commands: vec![
+            command(10, Some(1), vec![set("a", "1", None)]),
+            command(20, Some(2), vec![set("b", "2", None)]),
+            // Writes "a" again: refused, or "a" would have two values at one version.
+            command(30, Some(3), vec![set("c", "3", None), set("a", "again", None)]),
+            // The same op id as the first: its outcome, not a second apply.
+            command(40, Some(1), vec![set("d", "4", None)]),
+            // "c" was only written by the refused command: nothing to remove.
+            command(5, None, vec![delete("c")]),
+        ],
+    };
+    let grouped = Entry {
+        log_id: log_id(3, 1, 7),
+        payload: EntryPayload::Normal(proposal),
+    };
+    let outcomes = state.apply([grouped]).await?.remove(0).outcomes;
+    assert_eq!(outcomes.len(), 5);
+    assert_eq!(outcomes[0].result, Ok(vec![OperationResult::Set { version: 7 }]));
+    assert_eq!(outcomes[1].result, Ok(vec![OperationResult::Set { version: 7 }]));
+    assert!(
+        matches!(&outcomes[2].result, Err(Rejection::Invalid(message)) if message.contains("two commands")),
+        "{:?}",
+        outcomes[2].result
+    );
+    assert!(outcomes[3].deduplicated);
+    assert_eq!(outcomes[3].result, outcomes[0].result);
+    // The last command does not see the refused command's write, and its
+    // time never goes back.
+    assert_eq!(
+        outcomes[4].result,
+        Ok(vec![OperationResult::Delete {
+            removed_live_entry: false
+        }])
+    );
+    assert_eq!(outcomes[4].time_micros, 40);
+    assert_eq!(
+        reader.get_entry("ns", b"a", 0)?.map(|entry| entry.value),
+        Some(b"1".to_vec())
+    );
+    assert_eq!(reader.get_entry("ns", b"b", 0)?.map(|entry| entry.version), Some(7));
+    assert_eq!(
+        reader.get_entry("ns", b"c", 0)?,
+        None,
+        "a rejected command writes nothing"
+    );
+    assert_eq!(
+        reader.get_entry("ns", b"d", 0)?,
+        None,
+        "a deduplicated command writes nothing"
+    );
     Ok(())
 }

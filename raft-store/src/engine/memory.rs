@@ -92,6 +92,7 @@ fn apply(spaces: &mut Spaces, batch: &WriteBatch) {
 
 impl Engine for MemoryEngine {
     type Checkpoint = Vec<u8>;
+    const BLOCKS_ON_DISK: bool = false;
 
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
         Ok(self

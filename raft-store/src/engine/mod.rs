@@ -121,11 +121,39 @@ pub type Pair = (Vec<u8>, Vec<u8>);
 /// Key-value pairs returned by a scan, in key order.
 pub type Pairs = Vec<Pair>;
 
+/// Runs `work` against `engine`: on a blocking thread when the engine blocks
+/// on the disk, so a slow fsync never stalls the async runtime's workers;
+/// inline otherwise.
+pub async fn run_blocking<E, T, F>(engine: &std::sync::Arc<E>, work: F) -> Result<T, EngineError>
+where
+    E: Engine,
+    T: Send + 'static,
+    F: FnOnce(&E) -> Result<T, EngineError> + Send + 'static,
+{
+    if !E::BLOCKS_ON_DISK {
+        return work(engine);
+    }
+    let engine = engine.clone();
+    tokio::task::spawn_blocking(move || work(&engine))
+        .await
+        .map_err(|error| {
+            EngineError::io(
+                "running a blocking storage task",
+                std::io::Error::other(error.to_string()),
+            )
+        })?
+}
+
 /// The engine interface. Every method is synchronous and short; callers
 /// bound scans with `limit`.
 pub trait Engine: Send + Sync + 'static {
     /// A point-in-time image of the whole engine, cheap to take.
     type Checkpoint: Send + Sync + 'static;
+
+    /// Whether synced writes and image packing block the calling thread on
+    /// the disk, so async callers should move them to a blocking thread.
+    /// False for the in-memory engine, which keeps simulation on one thread.
+    const BLOCKS_ON_DISK: bool;
 
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
 

@@ -1,0 +1,273 @@
+//! Groups concurrent client commands into one Raft log entry.
+//!
+//! openraft 0.9 appends (and fsyncs) each proposed entry on its own, so one
+//! command per entry would cap writes at one fsync each. The proposer
+//! collects the commands that arrive while earlier proposals are in flight
+//! and proposes them together: one append, one fsync, one replication round
+//! for all of them. Two commands that write the same key never share an
+//! entry (a version, the entry's index, must name one value of a key), and a
+//! command whose keys are not known before apply (a sweep) goes alone.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use lode_client::error::LeaderHint;
+use lode_client::LodeError;
+use lode_raft_store::command::{Command, CommandOutcome, OpId, Proposal};
+use lode_raft_store::TypeConfig;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Raft};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::facade;
+
+/// Most commands in one log entry.
+pub const PROPOSAL_COMMANDS_MAX: usize = 512;
+/// Most proposals appended but not yet applied; more in flight means smaller
+/// groups, fewer means less pipelining.
+pub const PROPOSALS_IN_FLIGHT_MAX: usize = 4;
+/// Most commands waiting for a proposal; beyond it writers get `unavailable`.
+pub const COMMANDS_WAITING_MAX: usize = 65_536;
+
+type Reply = oneshot::Sender<Result<CommandOutcome, LodeError>>;
+
+struct Waiting {
+    command: Command,
+    /// `None`: the command's keys are unknown before apply; it goes alone.
+    keys: Option<Vec<Vec<u8>>>,
+    reply: Reply,
+}
+
+/// A handle to the proposing task of one node.
+#[derive(Clone)]
+pub struct Proposer {
+    waiting: mpsc::Sender<Waiting>,
+    last_stamp_micros: Arc<AtomicU64>,
+}
+
+/// Maps openraft's write errors onto the wire's error kinds.
+pub fn write_error(error: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> LodeError {
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => LodeError::NotLeader {
+            hint: match (forward.leader_id, forward.leader_node) {
+                (Some(id), Some(node)) => Some(LeaderHint { id, address: node.addr }),
+                _ => None,
+            },
+        },
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => LodeError::Invalid(error.to_string()),
+        RaftError::Fatal(fatal) => LodeError::Unavailable(format!("raft stopped: {fatal}")),
+    }
+}
+
+impl Proposer {
+    /// Starts the proposing task for `raft`.
+    pub fn start(raft: Raft<TypeConfig>) -> Self {
+        let (waiting, receiver) = mpsc::channel(COMMANDS_WAITING_MAX);
+        tokio::spawn(run(raft, receiver));
+        Self {
+            waiting,
+            last_stamp_micros: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The leader's time for a new command: `max(now, last stamped + 1)`.
+    fn stamp(&self) -> u64 {
+        let now = facade::now_micros();
+        let previous = self
+            .last_stamp_micros
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(now.max(last + 1)))
+            .unwrap_or(0);
+        now.max(previous + 1)
+    }
+
+    /// Proposes `command` (stamping it with the leader's time) and waits for
+    /// its outcome once applied.
+    pub async fn propose(&self, mut command: Command) -> Result<CommandOutcome, LodeError> {
+        let Command::V1(v1) = &mut command;
+        v1.time_micros = self.stamp();
+        let keys = command.written_keys();
+        let (reply, outcome) = oneshot::channel();
+        self.waiting.try_send(Waiting { command, keys, reply }).map_err(|_| {
+            LodeError::Unavailable(format!(
+                "over {COMMANDS_WAITING_MAX} writes waiting (commands_waiting_max)"
+            ))
+        })?;
+        outcome
+            .await
+            .map_err(|_| LodeError::Unavailable("the proposer stopped".to_owned()))?
+    }
+}
+
+/// Takes from `queue` the commands that can share one entry, in order,
+/// leaving the rest (in order) for the next entry.
+fn take_group(queue: &mut VecDeque<Waiting>) -> Vec<Waiting> {
+    let mut group: Vec<Waiting> = Vec::new();
+    let mut keys_taken: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut op_ids_taken: BTreeSet<OpId> = BTreeSet::new();
+    let mut deferred = VecDeque::new();
+    while let Some(waiting) = queue.pop_front() {
+        if group.len() >= PROPOSAL_COMMANDS_MAX {
+            deferred.push_back(waiting);
+            continue;
+        }
+        let fits = match &waiting.keys {
+            None => group.is_empty(),
+            Some(keys) => {
+                let alone_in_group = group.first().is_some_and(|first| first.keys.is_none());
+                let op_id_free = waiting
+                    .command
+                    .op_id()
+                    .is_none_or(|op_id| !op_ids_taken.contains(&op_id));
+                !alone_in_group && op_id_free && keys.iter().all(|key| !keys_taken.contains(key))
+            }
+        };
+        if !fits {
+            deferred.push_back(waiting);
+            continue;
+        }
+        if let Some(keys) = &waiting.keys {
+            keys_taken.extend(keys.iter().cloned());
+        }
+        if let Some(op_id) = waiting.command.op_id() {
+            op_ids_taken.insert(op_id);
+        }
+        group.push(waiting);
+    }
+    *queue = deferred;
+    group
+}
+
+async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>) {
+    let in_flight = Arc::new(Semaphore::new(PROPOSALS_IN_FLIGHT_MAX));
+    let mut queue: VecDeque<Waiting> = VecDeque::new();
+    loop {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        if queue.is_empty() {
+            match receiver.recv().await {
+                Some(waiting) => queue.push_back(waiting),
+                None => return,
+            }
+        }
+        while queue.len() < PROPOSAL_COMMANDS_MAX * 2 {
+            match receiver.try_recv() {
+                Ok(waiting) => queue.push_back(waiting),
+                Err(_) => break,
+            }
+        }
+        let group = take_group(&mut queue);
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let (commands, replies): (Vec<Command>, Vec<Reply>) = group
+                .into_iter()
+                .map(|waiting| (waiting.command, waiting.reply))
+                .unzip();
+            let count = commands.len();
+            match raft.client_write(Proposal { commands }).await {
+                Ok(response) if response.data.outcomes.len() == count => {
+                    for (reply, outcome) in replies.into_iter().zip(response.data.outcomes) {
+                        // A writer that gave up has dropped its receiver.
+                        let _ = reply.send(Ok(outcome));
+                    }
+                }
+                Ok(response) => {
+                    tracing::error!(
+                        commands = count,
+                        outcomes = response.data.outcomes.len(),
+                        "applied proposal answered a different number of outcomes"
+                    );
+                    for reply in replies {
+                        let _ = reply.send(Err(LodeError::Unavailable("proposal outcome mismatch".to_owned())));
+                    }
+                }
+                Err(error) => {
+                    let error = write_error(error);
+                    for reply in replies {
+                        let _ = reply.send(Err(error.clone()));
+                    }
+                }
+            }
+            drop(permit);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lode_raft_store::command::{CommandV1, Encoding, Operation};
+
+    use super::*;
+
+    fn waiting(
+        op_id: Option<u128>,
+        operations: Vec<Operation>,
+    ) -> (Waiting, oneshot::Receiver<Result<CommandOutcome, LodeError>>) {
+        let command = Command::V1(CommandV1 {
+            op_id: op_id.map(OpId),
+            time_micros: 0,
+            operations,
+        });
+        let (reply, receiver) = oneshot::channel();
+        let keys = command.written_keys();
+        (Waiting { command, keys, reply }, receiver)
+    }
+
+    fn set(key: &str) -> Operation {
+        Operation::Set {
+            namespace: "ns".to_owned(),
+            key: key.as_bytes().to_vec(),
+            value: Vec::new(),
+            encoding: Encoding::Bytes,
+            expires_at_micros: None,
+        }
+    }
+
+    fn sweep() -> Operation {
+        Operation::SweepExpired { entries_max: 10 }
+    }
+
+    fn op_ids(group: &[Waiting]) -> Vec<Option<u128>> {
+        group
+            .iter()
+            .map(|waiting| waiting.command.op_id().map(|op_id| op_id.0))
+            .collect()
+    }
+
+    #[test]
+    fn groups_never_share_a_key_or_an_op_id_and_sweeps_go_alone() {
+        let mut queue = VecDeque::new();
+        let mut receivers = Vec::new();
+        for (op_id, operations) in [
+            (Some(1), vec![set("a")]),
+            (Some(2), vec![set("b"), set("c")]),
+            (Some(3), vec![set("c")]),
+            (Some(1), vec![set("d")]),
+            (None, vec![sweep()]),
+            (Some(4), vec![set("e")]),
+        ] {
+            let (item, receiver) = waiting(op_id, operations);
+            queue.push_back(item);
+            receivers.push(receiver);
+        }
+        // "c" is taken by 2 and op id 1 by the first; the sweep needs an empty group.
+        assert_eq!(op_ids(&take_group(&mut queue)), vec![Some(1), Some(2), Some(4)]);
+        assert_eq!(op_ids(&take_group(&mut queue)), vec![Some(3), Some(1)]);
+        assert_eq!(op_ids(&take_group(&mut queue)), vec![None]);
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn a_group_holds_at_most_the_limit() {
+        let mut queue = VecDeque::new();
+        let mut receivers = Vec::new();
+        for index in 0..PROPOSAL_COMMANDS_MAX + 3 {
+            let (item, receiver) = waiting(Some(index as u128), vec![set(&format!("key-{index}"))]);
+            queue.push_back(item);
+            receivers.push(receiver);
+        }
+        assert_eq!(take_group(&mut queue).len(), PROPOSAL_COMMANDS_MAX);
+        assert_eq!(take_group(&mut queue).len(), 3);
+    }
+}
