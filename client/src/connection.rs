@@ -16,8 +16,10 @@ use tokio::sync::Mutex;
 use crate::error::LodeError;
 use crate::protocol::LodeServiceClient;
 
-/// Largest frame on the wire, in bytes: room for a snapshot image.
-pub const FRAME_BYTES_MAX: usize = 1 << 30;
+/// Largest frame on the wire, in bytes: room for a Raft append of
+/// `raft_payload_entries_max` entries of `proposal_bytes_max` each (lode-node)
+/// plus framing. Snapshots travel in chunks far below it.
+pub const FRAME_BYTES_MAX: usize = 80 << 20;
 
 /// The length-delimited codec every Lode connection uses, client or server.
 pub fn codec() -> tarpc::tokio_util::codec::length_delimited::Builder {

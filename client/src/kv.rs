@@ -29,7 +29,14 @@ pub(crate) fn validate_operations(operations: &[Operation]) -> Result<(), LodeEr
             limits::OPERATIONS_PER_WRITE_MAX
         )));
     }
+    let mut size_bytes = 0;
     for operation in operations {
+        size_bytes += match operation {
+            Operation::Set {
+                namespace, key, value, ..
+            } => namespace.len() + key.len() + value.len(),
+            Operation::Delete { namespace, key } => namespace.len() + key.len(),
+        };
         let checked = match operation {
             Operation::Set {
                 namespace, key, value, ..
@@ -41,6 +48,12 @@ pub(crate) fn validate_operations(operations: &[Operation]) -> Result<(), LodeEr
             }
         };
         checked.map_err(LodeError::Invalid)?;
+    }
+    if size_bytes > limits::WRITE_BYTES_MAX {
+        return Err(LodeError::Invalid(format!(
+            "the write holds {size_bytes} bytes of namespaces, keys and values, over the limit write_bytes_max = {}",
+            limits::WRITE_BYTES_MAX
+        )));
     }
     Ok(())
 }

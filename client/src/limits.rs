@@ -10,6 +10,8 @@ pub const KEY_BYTES_MAX: usize = 2048;
 pub const VALUE_BYTES_MAX: usize = 65_536;
 /// Most operations in one atomic write.
 pub const OPERATIONS_PER_WRITE_MAX: usize = 1000;
+/// Most bytes of namespaces, keys and values in one atomic write.
+pub const WRITE_BYTES_MAX: usize = 819_200;
 
 fn check_length(field: &str, length: usize, limit_name: &str, limit: usize) -> Result<(), String> {
     if length > limit {

@@ -93,10 +93,22 @@ mod tests {
     use lode_raft_store::limits as server;
 
     #[test]
+    fn a_full_raft_append_fits_in_one_frame() {
+        use crate::node::RAFT_PAYLOAD_ENTRIES_MAX;
+        use crate::proposer::PROPOSAL_BYTES_MAX;
+        // The largest proposal is the byte limit plus one write that started
+        // below it, plus encoding overhead per command.
+        let proposal_max = PROPOSAL_BYTES_MAX + server::WRITE_BYTES_MAX + 64 * 1024;
+        let append_max = RAFT_PAYLOAD_ENTRIES_MAX as usize * proposal_max;
+        assert!(append_max < lode_client::connection::FRAME_BYTES_MAX, "{append_max}");
+    }
+
+    #[test]
     fn client_and_server_limits_agree() {
         assert_eq!(client::NAMESPACE_BYTES_MAX, server::NAMESPACE_BYTES_MAX);
         assert_eq!(client::KEY_BYTES_MAX, server::KEY_BYTES_MAX);
         assert_eq!(client::VALUE_BYTES_MAX, server::VALUE_BYTES_MAX);
-        assert_eq!(client::OPERATIONS_PER_WRITE_MAX, server::OPERATIONS_PER_COMMAND_MAX);
+        assert_eq!(client::OPERATIONS_PER_WRITE_MAX, server::OPERATIONS_PER_WRITE_MAX);
+        assert_eq!(client::WRITE_BYTES_MAX, server::WRITE_BYTES_MAX);
     }
 }

@@ -27,6 +27,10 @@ use crate::proposer::Proposer;
 use crate::reads::ReadIndex;
 use crate::service::NodeService;
 
+/// Most log entries in one Raft append message; with `proposal_bytes_max`
+/// it bounds the largest frame between peers.
+pub const RAFT_PAYLOAD_ENTRIES_MAX: u64 = 16;
+
 /// How a node becomes part of a cluster on its first start.
 #[derive(Clone, Debug)]
 pub enum Membership {
@@ -114,6 +118,7 @@ impl Node {
             election_timeout_max: config.election_timeout_ms_min * 2,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs_max),
             max_in_snapshot_log_to_keep: 0,
+            max_payload_entries: RAFT_PAYLOAD_ENTRIES_MAX,
             ..Default::default()
         };
         let raft_config = Arc::new(raft_config.validate()?);

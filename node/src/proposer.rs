@@ -24,6 +24,9 @@ use crate::facade;
 
 /// Most commands in one log entry.
 pub const PROPOSAL_COMMANDS_MAX: usize = 512;
+/// Bytes of namespaces, keys and values after which a log entry takes no
+/// more commands (one write may carry it past, by at most `write_bytes_max`).
+pub const PROPOSAL_BYTES_MAX: usize = 2 << 20;
 /// Most proposals appended but not yet applied; more in flight means smaller
 /// groups, fewer means less pipelining.
 pub const PROPOSALS_IN_FLIGHT_MAX: usize = 4;
@@ -105,9 +108,10 @@ fn take_group(queue: &mut VecDeque<Waiting>) -> Vec<Waiting> {
     let mut group: Vec<Waiting> = Vec::new();
     let mut keys_taken: BTreeSet<Vec<u8>> = BTreeSet::new();
     let mut op_ids_taken: BTreeSet<OpId> = BTreeSet::new();
+    let mut bytes_taken = 0;
     let mut deferred = VecDeque::new();
     while let Some(waiting) = queue.pop_front() {
-        if group.len() >= PROPOSAL_COMMANDS_MAX {
+        if group.len() >= PROPOSAL_COMMANDS_MAX || bytes_taken >= PROPOSAL_BYTES_MAX {
             deferred.push_back(waiting);
             continue;
         }
@@ -132,6 +136,7 @@ fn take_group(queue: &mut VecDeque<Waiting>) -> Vec<Waiting> {
         if let Some(op_id) = waiting.command.op_id() {
             op_ids_taken.insert(op_id);
         }
+        bytes_taken += waiting.command.size_bytes();
         group.push(waiting);
     }
     *queue = deferred;
@@ -256,6 +261,27 @@ mod tests {
         assert_eq!(op_ids(&take_group(&mut queue)), vec![Some(3), Some(1)]);
         assert_eq!(op_ids(&take_group(&mut queue)), vec![None]);
         assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn a_group_stops_taking_commands_at_the_byte_limit() {
+        let mut queue = VecDeque::new();
+        let mut receivers = Vec::new();
+        let big = |index: usize| Operation::Set {
+            namespace: "ns".to_owned(),
+            key: format!("key-{index}").into_bytes(),
+            value: vec![0; 600_000],
+            encoding: Encoding::Bytes,
+            expires_at_micros: None,
+        };
+        for index in 0..6 {
+            let (item, receiver) = waiting(Some(index), vec![big(index as usize)]);
+            queue.push_back(item);
+            receivers.push(receiver);
+        }
+        // 4 x 600 kB passes 2 MiB: the fourth is the last one taken.
+        assert_eq!(take_group(&mut queue).len(), 4);
+        assert_eq!(take_group(&mut queue).len(), 2);
     }
 
     #[test]

@@ -63,8 +63,30 @@ async fn bad_input_is_invalid_and_names_the_limit() {
         .expect_err("too many");
     assert!(error.to_string().contains("operations_per_write_max = 1000"), "{error}");
 
+    let heavy: Vec<Operation> = (0..13).map(|index| set("ok", vec![index], vec![0; 65_536])).collect();
+    let error = client
+        .write(WriteRequest {
+            op_id: 3,
+            operations: heavy.clone(),
+        })
+        .await
+        .expect_err("too many bytes");
+    assert!(error.to_string().contains("write_bytes_max = 819200"), "{error}");
+
     // The server refuses the same requests when a client skips the checks.
     let raw = dial(&cluster.members[&leader].address).await.expect("dial");
+    let answer = raw
+        .write(
+            context(),
+            WriteRequest {
+                op_id: 4,
+                operations: heavy,
+            },
+        )
+        .await
+        .expect("transport");
+    let error = answer.expect_err("the server must refuse too many bytes");
+    assert!(error.to_string().contains("write_bytes_max = 819200"), "{error}");
     for (index, (operation, message)) in cases.iter().enumerate() {
         let request = WriteRequest {
             op_id: 100 + index as u128,

@@ -152,6 +152,12 @@ impl Command {
         let Command::V1(command) = self;
         command.validate()
     }
+
+    /// Bytes of namespaces, keys and values the command carries.
+    pub fn size_bytes(&self) -> usize {
+        let Command::V1(command) = self;
+        command.size_bytes()
+    }
 }
 
 impl CommandV1 {
@@ -160,17 +166,38 @@ impl CommandV1 {
         if self.operations.is_empty() {
             return Err("operations must not be empty".to_owned());
         }
-        if self.operations.len() > crate::limits::OPERATIONS_PER_COMMAND_MAX {
+        if self.operations.len() > crate::limits::OPERATIONS_PER_WRITE_MAX {
             return Err(format!(
-                "operations has {} items, over the limit operations_per_command_max = {}",
+                "operations has {} items, over the limit operations_per_write_max = {}",
                 self.operations.len(),
-                crate::limits::OPERATIONS_PER_COMMAND_MAX
+                crate::limits::OPERATIONS_PER_WRITE_MAX
             ));
         }
         for operation in &self.operations {
             operation.validate()?;
         }
+        let size_bytes = self.size_bytes();
+        if size_bytes > crate::limits::WRITE_BYTES_MAX {
+            return Err(format!(
+                "the write holds {size_bytes} bytes of namespaces, keys and values, over the limit write_bytes_max = {}",
+                crate::limits::WRITE_BYTES_MAX
+            ));
+        }
         Ok(())
+    }
+
+    /// Bytes of namespaces, keys and values the command carries.
+    pub fn size_bytes(&self) -> usize {
+        self.operations
+            .iter()
+            .map(|operation| match operation {
+                Operation::Set {
+                    namespace, key, value, ..
+                } => namespace.len() + key.len() + value.len(),
+                Operation::Delete { namespace, key } => namespace.len() + key.len(),
+                Operation::SweepExpired { .. } => 0,
+            })
+            .sum()
     }
 }
 

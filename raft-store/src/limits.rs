@@ -9,8 +9,11 @@ pub const NAMESPACE_BYTES_MAX: usize = 256;
 pub const KEY_BYTES_MAX: usize = 2048;
 /// Largest value, in bytes (Deno KV's limit).
 pub const VALUE_BYTES_MAX: usize = 65_536;
-/// Most operations in one atomic command (Deno KV's mutation limit).
-pub const OPERATIONS_PER_COMMAND_MAX: usize = 1000;
+/// Most operations in one atomic write (Deno KV's mutation limit).
+pub const OPERATIONS_PER_WRITE_MAX: usize = 1000;
+/// Most bytes of namespaces, keys and values in one atomic write (Deno KV's
+/// total mutation size).
+pub const WRITE_BYTES_MAX: usize = 819_200;
 /// Most expired entries one sweep command removes, so a sweep stays a small
 /// log entry and a short apply.
 pub const SWEEP_ENTRIES_MAX: u32 = 1000;
