@@ -1,7 +1,7 @@
 //! A namespace handle: set, get, get_entry and delete with the read
 //! consistency the caller chooses.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::error::LodeError;
 use crate::limits;
@@ -62,13 +62,6 @@ pub(crate) fn validate_read(request: &ReadRequest) -> Result<(), LodeError> {
     limits::check_namespace(&request.namespace)
         .and_then(|()| limits::check_key(&request.key))
         .map_err(LodeError::Invalid)
-}
-
-fn now_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_micros() as u64)
-        .unwrap_or(0)
 }
 
 impl Kv {
@@ -169,7 +162,7 @@ impl SetBuilder {
 
     /// Expires `ttl` from now.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.expires_at_micros = Some(now_micros().saturating_add(ttl.as_micros() as u64));
+        self.expires_at_micros = Some(crate::facade::now_micros().saturating_add(ttl.as_micros() as u64));
         self
     }
 

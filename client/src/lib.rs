@@ -7,6 +7,7 @@
 
 pub mod connection;
 pub mod error;
+pub mod facade;
 pub mod kv;
 pub mod limits;
 pub mod protocol;

@@ -57,7 +57,7 @@ impl std::fmt::Debug for Client {
 
 /// A fresh random op id for a mutation.
 pub fn new_op_id() -> u128 {
-    rand::random()
+    crate::facade::random_u128()
 }
 
 impl Client {

@@ -204,6 +204,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         (None, Some(seed)) => Membership::Join(seed.clone()),
         _ => Membership::Existing,
     };
+    let stop = StopSignal::install();
     let listener = TcpListener::bind(&arguments.listen).await?;
     let advertise = arguments
         .advertise
@@ -212,25 +213,43 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     let mut config = NodeConfig::new(arguments.id, advertise, arguments.data_dir.clone(), membership);
     config.snapshot_logs_max = arguments.snapshot_logs_max;
     let node = Node::start(config, listener).await?;
-    wait_for_stop_signal().await;
+    stop.wait().await;
     tracing::info!("stop signal received; shutting down");
     node.shutdown().await;
     Ok(())
 }
 
-/// Waits for SIGTERM or Ctrl-C.
-pub async fn wait_for_stop_signal() {
-    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(terminate) => terminate,
-        Err(error) => {
-            tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the node");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// SIGTERM and Ctrl-C, listened for from the moment it is made, so a signal
+/// that arrives while a node is still starting is not lost (nor fatal).
+pub struct StopSignal {
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignal {
+    pub fn install() -> Self {
+        let terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(terminate) => Some(terminate),
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the node");
+                None
+            }
+        };
+        Self { terminate }
+    }
+
+    /// Waits for SIGTERM or Ctrl-C.
+    pub async fn wait(mut self) {
+        match self.terminate.as_mut() {
+            Some(terminate) => {
+                tokio::select! {
+                    _ = terminate.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
 }
 

@@ -31,6 +31,7 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
     let members: BTreeMap<u64, String> = (1..=arguments.nodes)
         .map(|id| (id, format!("127.0.0.1:{}", u64::from(arguments.base_port) + id)))
         .collect();
+    let stop = crate::cli::StopSignal::install();
     let mut nodes = Vec::new();
     for (id, address) in &members {
         let listener = TcpListener::bind(address).await?;
@@ -55,7 +56,7 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
     println!("  lode kv get config greeting");
     println!("  lode cluster status");
     println!("Stop with Ctrl-C; the data stays for the next start.");
-    crate::cli::wait_for_stop_signal().await;
+    stop.wait().await;
     for node in nodes {
         node.shutdown().await;
     }

@@ -8,7 +8,6 @@ pub mod bench;
 pub mod cli;
 pub mod convert;
 pub mod dev;
-pub mod facade;
 pub mod network;
 pub mod node;
 pub mod proposer;

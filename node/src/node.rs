@@ -21,11 +21,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::facade;
 use crate::network::{NetworkFactory, PeerConnections};
 use crate::proposer::Proposer;
 use crate::reads::ReadIndex;
 use crate::service::NodeService;
+use lode_client::facade;
 
 /// Most log entries in one Raft append message; with `proposal_bytes_max`
 /// it bounds the largest frame between peers.
@@ -204,11 +204,12 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Rece
         let transport = tarpc::serde_transport::new(codec().new_framed(stream), Bincode::default());
         let service = NodeService { shared: shared.clone() };
         let mut stop_connection = stop.clone();
-        tokio::spawn(async move {
+        // Both spawns keep the node's span, so every request logs its node id.
+        let connection = async move {
             let requests = BaseChannel::with_defaults(transport)
                 .execute(service.serve())
                 .for_each(|request| async {
-                    tokio::spawn(request);
+                    tokio::spawn(request.in_current_span());
                 });
             // A malformed frame ends this connection's stream; the node and
             // every other connection carry on.
@@ -216,7 +217,8 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Rece
                 _ = requests => {}
                 _ = stop_connection.changed() => {}
             }
-        });
+        };
+        tokio::spawn(connection.in_current_span());
     }
 }
 

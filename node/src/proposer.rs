@@ -20,7 +20,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::facade;
+use lode_client::facade;
 
 /// Most commands in one log entry.
 pub const PROPOSAL_COMMANDS_MAX: usize = 512;

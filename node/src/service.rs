@@ -20,10 +20,11 @@ use openraft::{BasicNode, ChangeMembers, ServerState};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tarpc::context::Context;
+use tracing::Instrument;
 
 use crate::convert;
-use crate::facade;
 use crate::node::Shared;
+use lode_client::facade;
 
 #[derive(Clone)]
 pub struct NodeService {
@@ -272,9 +273,16 @@ impl NodeService {
     }
 }
 
-impl LodeService for NodeService {
-    async fn write(self, _: Context, request: WriteRequest) -> Result<WriteResponse, LodeError> {
-        let _in_flight = self.shared.in_flight.clone();
+impl NodeService {
+    /// The span of one client request: which call, its trace id, and the term
+    /// this node was in when it arrived (the node id comes from the
+    /// connection's span).
+    fn request_span(&self, method: &'static str, context: &Context) -> tracing::Span {
+        let term = self.shared.raft.metrics().borrow().current_term;
+        tracing::info_span!("request", method, trace = %context.trace_id(), term)
+    }
+
+    async fn write_request(self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
         if let Some(hint) = self.leader_elsewhere() {
             return self
                 .forward(
@@ -286,32 +294,22 @@ impl LodeService for NodeService {
         self.write_on_leader(request).await
     }
 
-    async fn read(self, _: Context, request: ReadRequest) -> Result<ReadResponse, LodeError> {
-        let _in_flight = self.shared.in_flight.clone();
-        self.read_request(request).await
-    }
-
-    async fn cluster_status(self, _: Context) -> Result<ClusterStatus, LodeError> {
+    async fn leader_status(self) -> Result<ClusterStatus, LodeError> {
         if let Some(hint) = self.leader_elsewhere() {
-            if let Ok(status) = self
+            let forwarded = self
                 .forward(
                     hint,
                     |client, context| async move { client.cluster_status(context).await },
                 )
-                .await
-            {
+                .await;
+            if let Ok(status) = forwarded {
                 return Ok(status);
             }
         }
         Ok(self.local_status())
     }
 
-    async fn node_status(self, _: Context) -> Result<ClusterStatus, LodeError> {
-        Ok(self.local_status())
-    }
-
-    async fn add_member(self, _: Context, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
-        let _in_flight = self.shared.in_flight.clone();
+    async fn add_member_request(self, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
         if let Some(hint) = self.leader_elsewhere() {
             return self
                 .forward(hint, |client, context| async move {
@@ -325,8 +323,7 @@ impl LodeService for NodeService {
         self.add_member_on_leader(id, address).await
     }
 
-    async fn remove_member(self, _: Context, id: u64) -> Result<ClusterStatus, LodeError> {
-        let _in_flight = self.shared.in_flight.clone();
+    async fn remove_member_request(self, id: u64) -> Result<ClusterStatus, LodeError> {
         if let Some(hint) = self.leader_elsewhere() {
             return self
                 .forward(hint, |client, context| async move {
@@ -338,6 +335,44 @@ impl LodeService for NodeService {
             return Err(LodeError::Unavailable("no leader is known yet".to_owned()));
         }
         self.remove_member_on_leader(id).await
+    }
+}
+
+/// Each call holds `in_flight` while it runs, so shutdown can wait for it,
+/// and runs inside its request span.
+impl LodeService for NodeService {
+    async fn write(self, context: Context, request: WriteRequest) -> Result<WriteResponse, LodeError> {
+        let _in_flight = self.shared.in_flight.clone();
+        let span = self.request_span("write", &context);
+        self.write_request(request).instrument(span).await
+    }
+
+    async fn read(self, context: Context, request: ReadRequest) -> Result<ReadResponse, LodeError> {
+        let _in_flight = self.shared.in_flight.clone();
+        let span = self.request_span("read", &context);
+        async move { self.read_request(request).await }.instrument(span).await
+    }
+
+    async fn cluster_status(self, context: Context) -> Result<ClusterStatus, LodeError> {
+        let _in_flight = self.shared.in_flight.clone();
+        let span = self.request_span("cluster_status", &context);
+        self.leader_status().instrument(span).await
+    }
+
+    async fn node_status(self, _: Context) -> Result<ClusterStatus, LodeError> {
+        Ok(self.local_status())
+    }
+
+    async fn add_member(self, context: Context, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
+        let _in_flight = self.shared.in_flight.clone();
+        let span = self.request_span("add_member", &context);
+        self.add_member_request(id, address).instrument(span).await
+    }
+
+    async fn remove_member(self, context: Context, id: u64) -> Result<ClusterStatus, LodeError> {
+        let _in_flight = self.shared.in_flight.clone();
+        let span = self.request_span("remove_member", &context);
+        self.remove_member_request(id).instrument(span).await
     }
 
     async fn raft(self, _: Context, kind: RaftMessageKind, payload: Vec<u8>) -> Result<Vec<u8>, LodeError> {

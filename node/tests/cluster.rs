@@ -95,8 +95,23 @@ async fn killing_the_leader_loses_no_acknowledged_write() {
     }
     let position = write_keys(&client, 200..300, 4).await;
 
-    cluster.restart(old_leader);
+    // Restarted with the same --peers flags: it rejoins, and no new cluster
+    // is initialized (the term does not restart and the data is all there).
+    let term_before = client.cluster_status().await.expect("status").term;
+    cluster.restart_as_founder(old_leader);
     cluster.wait_applied(old_leader, position).await;
+    let status = cluster.client_of(old_leader).node_status().await.expect("status");
+    assert!(
+        status.term >= term_before,
+        "term went from {term_before} to {}",
+        status.term
+    );
+    let log = cluster.log_text(old_leader);
+    assert!(
+        log.matches("initialized a new cluster").count() <= 1,
+        "initialized twice"
+    );
+    assert!(log.contains("restarting as a member of an existing cluster"));
     assert_keys_on(&cluster, old_leader, 0..300, position).await;
     // The survivors report the dead member as unreachable; nothing else.
     cluster.assert_no_errors_except(&["Unreachable node", "NetworkError"]);
@@ -118,8 +133,10 @@ async fn an_added_member_catches_up_from_a_snapshot_and_a_removed_one_stops() {
     assert!(status.snapshot_index.is_some());
 
     let address = cluster.start_spare(4);
-    let added = client.add_member(4, address.clone()).await.expect("add member");
-    assert!(added.members.iter().any(|member| member.id == 4 && member.voter));
+    let added = cluster.lode(&["cluster", "add", "4", &address]);
+    assert!(added.status.success(), "{added:?}");
+    let status = client.cluster_status().await.expect("status");
+    assert!(status.members.iter().any(|member| member.id == 4 && member.voter));
     cluster.wait_applied(4, position).await;
     assert_keys_on(&cluster, 4, 0..300, position).await;
     let status = cluster
@@ -146,7 +163,9 @@ async fn an_added_member_catches_up_from_a_snapshot_and_a_removed_one_stops() {
         .into_iter()
         .find(|id| *id != leader && *id != 4)
         .expect("a follower");
-    let after_removal = client.remove_member(removed).await.expect("remove member");
+    let removal = cluster.lode(&["cluster", "remove", &removed.to_string()]);
+    assert!(removal.status.success(), "{removal:?}");
+    let after_removal = client.cluster_status().await.expect("status");
     assert!(!after_removal.members.iter().any(|member| member.id == removed));
     let removed_applied = cluster
         .client_of(removed)
@@ -236,4 +255,35 @@ async fn a_retried_operation_applies_once() {
         client.kv(NAMESPACE).get("counter").await.expect("read"),
         Some(b"later".to_vec())
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_started_with_join_becomes_a_voter_and_catches_up() {
+    let mut cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let client = cluster.client();
+    let position = write_keys(&client, 0..100, 4).await;
+    // Join through a follower: the request is forwarded to the leader.
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let seed = cluster.members[&follower].address.clone();
+    cluster.start_joining(4, &seed);
+    wait_until("member 4 to become a voter", || async {
+        let status = client.cluster_status().await.ok()?;
+        status
+            .members
+            .iter()
+            .any(|member| member.id == 4 && member.voter)
+            .then_some(())
+    })
+    .await;
+    cluster.wait_applied(4, position).await;
+    assert_keys_on(&cluster, 4, 0..100, position).await;
+    // Restarted with the same --join flag, it stays one member, not two.
+    cluster.kill(4);
+    cluster.restart_with_join(4, &seed);
+    let position = write_keys(&client, 100..120, 2).await;
+    cluster.wait_applied(4, position).await;
+    let status = client.cluster_status().await.expect("status");
+    assert_eq!(status.members.iter().filter(|member| member.voter).count(), 4);
+    cluster.assert_no_errors_except(&["Unreachable node", "NetworkError"]);
 }

@@ -32,6 +32,8 @@ pub struct TestCluster {
     pub directory: tempfile::TempDir,
     pub members: BTreeMap<u64, Member>,
     pub snapshot_logs_max: u64,
+    /// The `--peers` flags the founding members started with.
+    pub founding_flags: Vec<String>,
 }
 
 fn spawn_node(member: &Member, membership: &[String], snapshot_logs_max: u64) -> Child {
@@ -75,6 +77,7 @@ impl TestCluster {
             directory,
             members,
             snapshot_logs_max,
+            founding_flags: membership,
         }
     }
 
@@ -92,6 +95,16 @@ impl TestCluster {
     pub fn start_spare(&mut self, id: u64) -> String {
         let mut member = Self::member(&self.directory, id);
         member.process = Some(spawn_node(&member, &[], self.snapshot_logs_max));
+        let address = member.address.clone();
+        self.members.insert(id, member);
+        address
+    }
+
+    /// Starts a new member with `--join seed`.
+    pub fn start_joining(&mut self, id: u64, seed: &str) -> String {
+        let mut member = Self::member(&self.directory, id);
+        let flags = vec!["--join".to_owned(), seed.to_owned()];
+        member.process = Some(spawn_node(&member, &flags, self.snapshot_logs_max));
         let address = member.address.clone();
         self.members.insert(id, member);
         address
@@ -138,10 +151,35 @@ impl TestCluster {
 
     /// Restarts a member from its data directory, with no membership flags.
     pub fn restart(&mut self, id: u64) {
+        self.restart_with(id, &[]);
+    }
+
+    /// Restarts a founding member with the `--peers` flags it first had, as
+    /// a service manager would: it must not initialize a cluster again.
+    pub fn restart_as_founder(&mut self, id: u64) {
+        let flags = self.founding_flags.clone();
+        self.restart_with(id, &flags);
+    }
+
+    /// Restarts a member with `--join seed`, as its service manager would.
+    pub fn restart_with_join(&mut self, id: u64, seed: &str) {
+        self.restart_with(id, &["--join".to_owned(), seed.to_owned()]);
+    }
+
+    fn restart_with(&mut self, id: u64, flags: &[String]) {
         let snapshot_logs_max = self.snapshot_logs_max;
         let member = self.members.get_mut(&id).expect("member");
         assert!(member.process.is_none(), "member {id} is still running");
-        member.process = Some(spawn_node(member, &[], snapshot_logs_max));
+        member.process = Some(spawn_node(member, flags, snapshot_logs_max));
+    }
+
+    /// Runs the `lode` command-line tool against this cluster.
+    pub fn lode(&self, arguments: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_lode"))
+            .args(arguments)
+            .env("LODE_ENDPOINTS", self.endpoints().join(","))
+            .output()
+            .expect("run lode")
     }
 
     /// Waits until every running member reports the same leader, which is

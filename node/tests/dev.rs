@@ -1,0 +1,77 @@
+//! `lode dev`, the README's first command: a local cluster with no
+//! configuration that serves at once and keeps its data across restarts.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+
+use lode_client::Client;
+use support::wait_until;
+
+/// A base port whose next three ports are free on loopback right now.
+fn free_base_port() -> u16 {
+    for _ in 0..100 {
+        let base = support::free_port();
+        if base > 60_000 {
+            continue;
+        }
+        let free = (1..=3).all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok());
+        if free {
+            return base;
+        }
+    }
+    panic!("no three consecutive free ports");
+}
+
+fn start_dev(base: u16, data_dir: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_lode"))
+        .args(["dev", "--base-port", &base.to_string(), "--data-dir"])
+        .arg(data_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn lode dev")
+}
+
+fn stop(child: Child) -> String {
+    let pid = child.id().to_string();
+    let signalled = Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+    assert!(signalled.success());
+    let output = child.wait_with_output().expect("wait for lode dev");
+    assert!(output.status.success(), "lode dev exited with {:?}", output.status);
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lode_dev_serves_and_keeps_its_data_across_restarts() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let base = free_base_port();
+    let endpoints: Vec<String> = (1..=3).map(|offset| format!("127.0.0.1:{}", base + offset)).collect();
+    let client = Client::connect(endpoints.clone()).expect("client");
+
+    let dev = start_dev(base, directory.path());
+    let kv = client.kv("dev");
+    let version = wait_until("lode dev to accept a write", || async {
+        kv.set("greeting").bytes("hello").send().await.ok()
+    })
+    .await;
+    let printed = stop(dev);
+    for endpoint in &endpoints {
+        assert!(
+            printed.contains(endpoint.as_str()),
+            "lode dev did not print {endpoint}:\n{printed}"
+        );
+    }
+    assert!(
+        printed.contains("LODE_ENDPOINTS"),
+        "lode dev did not say how to use it:\n{printed}"
+    );
+
+    let dev = start_dev(base, directory.path());
+    let entry = wait_until("the restarted cluster to serve the old value", || async {
+        kv.get_entry("greeting").await.ok().flatten()
+    })
+    .await;
+    assert_eq!((entry.value, entry.version), (b"hello".to_vec(), version));
+    stop(dev);
+}
