@@ -2,6 +2,7 @@
 //! listen address, to clients and to peers alike.
 
 use serde::{Deserialize, Serialize};
+pub use serde_bytes::ByteBuf;
 
 use crate::error::LodeError;
 
@@ -20,13 +21,16 @@ pub enum Encoding {
 pub enum Operation {
     Set {
         namespace: String,
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
+        #[serde(with = "serde_bytes")]
         value: Vec<u8>,
         encoding: Encoding,
         expires_at_micros: Option<u64>,
     },
     Delete {
         namespace: String,
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
     },
 }
@@ -70,6 +74,7 @@ pub enum Consistency {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadRequest {
     pub namespace: String,
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     pub consistency: Consistency,
 }
@@ -77,7 +82,9 @@ pub struct ReadRequest {
 /// A stored entry as a client sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     pub encoding: Encoding,
     pub version: u64,
@@ -141,5 +148,5 @@ pub trait LodeService {
     async fn add_member(id: u64, address: String) -> Result<ClusterStatus, LodeError>;
     async fn remove_member(id: u64) -> Result<ClusterStatus, LodeError>;
     /// A Raft message from a peer, answered with openraft's response bytes.
-    async fn raft(kind: RaftMessageKind, payload: Vec<u8>) -> Result<Vec<u8>, LodeError>;
+    async fn raft(kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError>;
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use lode_client::connection::{CallFailure, Connection};
-use lode_client::protocol::RaftMessageKind;
+use lode_client::protocol::{ByteBuf, RaftMessageKind};
 use lode_raft_store::{NodeId, TypeConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -92,11 +92,11 @@ impl PeerClient {
         E: std::error::Error + DeserializeOwned,
     {
         let payload = bincode::serialize(request).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        let payload = ByteBuf::from(payload);
         let answer = self
             .connection
-            .call(option.hard_ttl(), |client, context| {
-                let payload = payload.clone();
-                async move { client.raft(context, kind, payload).await }
+            .call(option.hard_ttl(), |client, context| async move {
+                client.raft(context, kind, payload).await
             })
             .await;
         let bytes = match answer {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use lode_client::connection::CallFailure;
 use lode_client::error::LeaderHint;
 use lode_client::protocol::{
-    ClusterStatus, Consistency, LodeService, LodeServiceClient, MemberStatus, RaftMessageKind, ReadRequest,
+    ByteBuf, ClusterStatus, Consistency, LodeService, LodeServiceClient, MemberStatus, RaftMessageKind, ReadRequest,
     ReadResponse, WriteRequest, WriteResponse,
 };
 use lode_client::LodeError;
@@ -35,8 +35,10 @@ fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, LodeError> {
     bincode::deserialize(payload).map_err(|error| LodeError::Invalid(format!("raft payload does not decode: {error}")))
 }
 
-fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, LodeError> {
-    bincode::serialize(value).map_err(|error| LodeError::Unavailable(format!("cannot encode raft response: {error}")))
+fn encode<T: Serialize>(value: &T) -> Result<ByteBuf, LodeError> {
+    bincode::serialize(value)
+        .map(ByteBuf::from)
+        .map_err(|error| LodeError::Unavailable(format!("cannot encode raft response: {error}")))
 }
 
 impl NodeService {
@@ -260,7 +262,7 @@ impl NodeService {
         Ok(self.local_status())
     }
 
-    async fn raft_message(&self, kind: RaftMessageKind, payload: Vec<u8>) -> Result<Vec<u8>, LodeError> {
+    async fn raft_message(&self, kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError> {
         let raft = &self.shared.raft;
         match kind {
             RaftMessageKind::AppendEntries => encode(&raft.append_entries(decode(&payload)?).await),
@@ -375,7 +377,7 @@ impl LodeService for NodeService {
         self.remove_member_request(id).instrument(span).await
     }
 
-    async fn raft(self, _: Context, kind: RaftMessageKind, payload: Vec<u8>) -> Result<Vec<u8>, LodeError> {
+    async fn raft(self, _: Context, kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError> {
         self.raft_message(kind, payload).await
     }
 }

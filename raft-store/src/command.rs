@@ -73,7 +73,9 @@ pub struct CommandV1 {
 pub enum Operation {
     Set {
         namespace: String,
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
+        #[serde(with = "serde_bytes")]
         value: Vec<u8>,
         encoding: Encoding,
         /// Absolute expiry in microseconds since the epoch.
@@ -81,14 +83,13 @@ pub enum Operation {
     },
     Delete {
         namespace: String,
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
     },
     /// Physically removes up to `entries_max` entries whose expiry is at or
     /// before the command's time. Proposed by the leader so that every
     /// replica removes the same entries at the same log position.
-    SweepExpired {
-        entries_max: u32,
-    },
+    SweepExpired { entries_max: u32 },
 }
 
 /// The result of one operation, in the order the operations were given.

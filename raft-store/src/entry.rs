@@ -15,6 +15,7 @@ pub struct SourceId {
 /// One live or expired entry, as the state machine stores it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredEntry {
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     pub encoding: Encoding,
     /// The log index of the command that last wrote the value.

@@ -11,6 +11,7 @@ use crate::type_config::NodeId;
 #[derive(Serialize, Deserialize)]
 pub struct StoredSnapshot {
     pub meta: SnapshotMeta<NodeId, openraft::BasicNode>,
+    #[serde(with = "serde_bytes")]
     pub image: Vec<u8>,
 }
 

@@ -55,7 +55,7 @@ impl Drop for RocksCheckpoint {
 
 #[derive(Serialize, Deserialize)]
 struct PackedImage {
-    files: Vec<(String, Vec<u8>)>,
+    files: Vec<(String, serde_bytes::ByteBuf)>,
 }
 
 fn options() -> Options {
@@ -223,7 +223,7 @@ impl Engine for RocksEngine {
             let path = item.path();
             let name = item.file_name().to_string_lossy().into_owned();
             let contents = fs::read(&path).map_err(io_context(&path, "reading"))?;
-            files.push((name, contents));
+            files.push((name, serde_bytes::ByteBuf::from(contents)));
         }
         files.sort();
         encode("packed image", &PackedImage { files })
