@@ -108,8 +108,12 @@ pub struct MemberStatus {
     pub id: u64,
     pub address: String,
     pub voter: bool,
-    /// The member's applied index as the leader last saw it (its matched
-    /// log index); for the answering node itself, its own applied index.
+    /// The last log index the leader knows the member holds (from the
+    /// leader's replication state; the answering node's own last log index
+    /// for itself). `None` when the answering node is not the leader.
+    pub matched_index: Option<u64>,
+    /// The member's applied index as the member itself reports it; `None`
+    /// when it could not be asked (down, or not asked).
     pub applied_index: Option<u64>,
 }
 

@@ -14,6 +14,9 @@ use crate::error::{LodeError, MutationRecovery};
 use crate::kv::Kv;
 use crate::protocol::{ClusterStatus, LodeServiceClient, ReadRequest, ReadResponse, WriteRequest, WriteResponse};
 
+/// How long `cluster_status` waits for each member's own report.
+pub const STATUS_MEMBER_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Time limits of the SDK; every one is bounded.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
@@ -220,13 +223,36 @@ impl Client {
         .await
     }
 
-    /// The cluster's status as the leader (or, failing that, any node) sees it.
+    /// The cluster's status as the leader (or, failing that, any node) sees
+    /// it, with each member's applied index as that member reports it
+    /// (asked concurrently, `STATUS_MEMBER_TIMEOUT` each; `None` for a
+    /// member that did not answer).
     pub async fn cluster_status(&self) -> Result<ClusterStatus, LodeError> {
-        self.send(
-            None,
-            |client, context| async move { client.cluster_status(context).await },
-        )
-        .await
+        let mut status = self
+            .send(
+                None,
+                |client, context| async move { client.cluster_status(context).await },
+            )
+            .await?;
+        let asks = status.members.iter().map(|member| {
+            let connection = Connection::new(member.address.clone());
+            async move {
+                let answer = connection
+                    .call(STATUS_MEMBER_TIMEOUT, |client, context| async move {
+                        client.node_status(context).await
+                    })
+                    .await;
+                match answer {
+                    Ok(Ok(own)) => Some(own.applied_index),
+                    _ => None,
+                }
+            }
+        });
+        let applied = futures::future::join_all(asks).await;
+        for (member, applied) in status.members.iter_mut().zip(applied) {
+            member.applied_index = applied.or(member.applied_index);
+        }
+        Ok(status)
     }
 
     /// The status as the first reachable endpoint itself sees it; with a

@@ -344,11 +344,17 @@ async fn run_cluster(command: ClusterCommand) -> Result<ExitCode, LodeError> {
         println!("members:");
         for member in &status.members {
             let role = if member.voter { "voter" } else { "learner" };
-            let applied = member
-                .applied_index
-                .map(|index| index.to_string())
-                .unwrap_or_else(|| "-".to_owned());
-            println!("  {} {} {role} applied={applied}", member.id, member.address);
+            let show = |index: Option<u64>| index.map(|index| index.to_string()).unwrap_or_else(|| "-".to_owned());
+            let applied = match member.applied_index {
+                Some(index) => index.to_string(),
+                None => "unreachable".to_owned(),
+            };
+            println!(
+                "  {} {} {role} applied={applied} matched={}",
+                member.id,
+                member.address,
+                show(member.matched_index)
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

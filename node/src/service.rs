@@ -166,8 +166,9 @@ impl NodeService {
         let members = membership
             .nodes()
             .map(|(id, node)| {
-                let applied_index = if *id == self.shared.id {
-                    metrics.last_applied.map(|log_id| log_id.index)
+                let itself = *id == self.shared.id;
+                let matched_index = if itself {
+                    metrics.last_log_index
                 } else {
                     metrics
                         .replication
@@ -179,7 +180,10 @@ impl NodeService {
                     id: *id,
                     address: node.addr.clone(),
                     voter: voters.contains(id),
-                    applied_index,
+                    matched_index,
+                    applied_index: itself
+                        .then_some(metrics.last_applied.map(|log_id| log_id.index))
+                        .flatten(),
                 }
             })
             .collect();

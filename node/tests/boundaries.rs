@@ -204,7 +204,18 @@ async fn the_cli_reads_writes_and_reports() {
     let status = lode(&["cluster", "status", "--json"], &endpoints);
     let json: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status prints JSON");
     assert_eq!(json["leader"], leader);
-    assert_eq!(json["members"].as_array().map(Vec::len), Some(3));
+    let members = json["members"].as_array().expect("members");
+    assert_eq!(members.len(), 3);
+    for member in members {
+        // Each member reports its own applied index.
+        assert!(member["applied_index"].is_u64(), "{member}");
+    }
+    let text = lode(&["cluster", "status"], &endpoints);
+    assert!(
+        stdout(&text).contains(&format!("leader: {leader}")),
+        "{}",
+        stdout(&text)
+    );
 
     let bad = lode(&["kv", "set", "", "key", "value"], &endpoints);
     assert_eq!(bad.status.code(), Some(2));

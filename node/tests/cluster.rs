@@ -287,3 +287,91 @@ async fn a_member_started_with_join_becomes_a_voter_and_catches_up() {
     assert_eq!(status.members.iter().filter(|member| member.voter).count(), 4);
     cluster.assert_no_errors_except(&["Unreachable node", "NetworkError"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutation_with_an_unknown_outcome_is_ambiguous_and_its_retry_applies_once() {
+    let cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let options = lode_client::ClientOptions {
+        attempt_timeout: Duration::from_millis(300),
+        call_timeout: Duration::from_secs(1),
+        ..lode_client::ClientOptions::default()
+    };
+    let only_leader = Client::with_options([cluster.members[&leader].address.clone()], options).expect("client");
+    only_leader
+        .kv(NAMESPACE)
+        .set("warm")
+        .bytes("up")
+        .send()
+        .await
+        .expect("write before the pause");
+
+    let request = WriteRequest {
+        op_id: 7,
+        operations: vec![Operation::Set {
+            namespace: NAMESPACE.to_owned(),
+            key: b"fate".to_vec(),
+            value: b"first".to_vec(),
+            encoding: Default::default(),
+            expires_at_micros: None,
+        }],
+    };
+    cluster.signal(leader, "STOP");
+    let error = only_leader
+        .write(request.clone())
+        .await
+        .expect_err("a paused leader cannot answer");
+    assert!(error.is_ambiguous_mutation(), "{error:?}");
+    assert_eq!(
+        error.ambiguous_recovery(),
+        Some(&lode_client::MutationRecovery::RetrySameOperation { op_id: 7 })
+    );
+    cluster.signal(leader, "CONT");
+
+    // The recovery: send the same operation again, through any member.
+    let client = cluster.client();
+    let applied = client.write(request.clone()).await.expect("retry");
+    let kv = client.kv(NAMESPACE);
+    assert_eq!(kv.get("fate").await.expect("read"), Some(b"first".to_vec()));
+    kv.set("fate").bytes("second").send().await.expect("later write");
+    let again = client.write(request).await.expect("second retry");
+    assert_eq!(again, applied, "a retry returns the first outcome");
+    assert_eq!(
+        kv.get("fate").await.expect("read"),
+        Some(b"second".to_vec()),
+        "and applies nothing"
+    );
+    cluster.assert_no_errors_except(&["Unreachable node", "NetworkError", "Timeout", "timeout"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_missed_purged_entries_catches_up_from_a_snapshot() {
+    let mut cluster = TestCluster::start(3, 50);
+    let leader = cluster.wait_for_leader().await;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let client = cluster.client();
+    write_keys(&client, 0..20, 2).await;
+    let follower_applied = cluster
+        .client_of(follower)
+        .node_status()
+        .await
+        .expect("status")
+        .applied_index;
+    cluster.kill(follower);
+    // Write until the leader's log no longer holds what the follower lacks.
+    let mut written = 20;
+    let position = loop {
+        let position = write_keys(&client, written..written + 100, 8).await;
+        written += 100;
+        let status = cluster.client_of(leader).node_status().await.expect("leader status");
+        if status.purged_index.is_some_and(|purged| purged > follower_applied) {
+            break position;
+        }
+        assert!(written < 5_000, "the leader never purged past {follower_applied}");
+    };
+    cluster.restart(follower);
+    cluster.wait_applied(follower, position).await;
+    assert_keys_on(&cluster, follower, 0..written, position).await;
+    assert!(cluster.log_text(follower).contains("installed snapshot"));
+    cluster.assert_no_errors_except(&["Unreachable node", "NetworkError"]);
+}

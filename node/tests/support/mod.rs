@@ -149,6 +149,16 @@ impl TestCluster {
         }
     }
 
+    /// Sends a signal (`STOP`, `CONT`, `TERM`) to a running member.
+    pub fn signal(&self, id: u64, signal: &str) {
+        let process = self.members[&id].process.as_ref().expect("member is running");
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &process.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
     /// Restarts a member from its data directory, with no membership flags.
     pub fn restart(&mut self, id: u64) {
         self.restart_with(id, &[]);
@@ -249,6 +259,9 @@ impl Drop for TestCluster {
     fn drop(&mut self) {
         for member in self.members.values_mut() {
             if let Some(mut process) = member.process.take() {
+                // A stopped process still dies of SIGKILL; CONT first keeps
+                // the order of events in its log readable.
+                let _ = Command::new("kill").args(["-CONT", &process.id().to_string()]).status();
                 let _ = process.kill();
                 let _ = process.wait();
             }
