@@ -69,6 +69,20 @@ impl Kv {
         Self { client, namespace }
     }
 
+    /// Sends one operation as its own atomic write, with a fresh op id.
+    async fn write_one(&self, operation: Operation) -> Result<OperationResult, LodeError> {
+        let request = WriteRequest {
+            op_id: new_op_id(),
+            operations: vec![operation],
+        };
+        let response = self.client.write(request).await?;
+        response
+            .results
+            .into_iter()
+            .next()
+            .ok_or_else(|| LodeError::Unavailable("the server answered a write with no result".to_owned()))
+    }
+
     /// The namespace this handle addresses.
     pub fn namespace(&self) -> &str {
         &self.namespace
@@ -119,20 +133,17 @@ impl Kv {
             namespace: self.namespace.clone(),
             key: key.as_ref().to_vec(),
         };
-        let response = self
-            .client
-            .write(WriteRequest {
-                op_id: new_op_id(),
-                operations: vec![operation],
-            })
-            .await?;
-        match response.results.first() {
-            Some(OperationResult::Delete { removed_live_entry }) => Ok(*removed_live_entry),
-            other => Err(LodeError::Unavailable(format!(
-                "unexpected result for delete: {other:?}"
-            ))),
+        match self.write_one(operation).await? {
+            OperationResult::Delete { removed_live_entry } => Ok(removed_live_entry),
+            other => Err(unexpected("delete", &other)),
         }
     }
+}
+
+/// The error for a result of the wrong kind: a server bug, reported rather
+/// than trusted.
+fn unexpected(operation: &str, result: &OperationResult) -> LodeError {
+    LodeError::Unavailable(format!("the server answered {operation} with {result:?}"))
 }
 
 /// A write being built.
@@ -181,17 +192,9 @@ impl SetBuilder {
             encoding: self.encoding,
             expires_at_micros: self.expires_at_micros,
         };
-        let response = self
-            .kv
-            .client
-            .write(WriteRequest {
-                op_id: new_op_id(),
-                operations: vec![operation],
-            })
-            .await?;
-        match response.results.first() {
-            Some(OperationResult::Set { version }) => Ok(*version),
-            other => Err(LodeError::Unavailable(format!("unexpected result for set: {other:?}"))),
+        match self.kv.write_one(operation).await? {
+            OperationResult::Set { version } => Ok(version),
+            other => Err(unexpected("set", &other)),
         }
     }
 }
