@@ -1,94 +1,139 @@
-//! A namespace handle: set, get, get_entry and delete with the read
-//! consistency the caller chooses.
+//! A namespace handle: every key-value operation of the KV API, with the
+//! exact semantics of the KV seed (preconditions committed, never dropped;
+//! missing and expired entries read as absent; bounded pages with opaque
+//! cursors).
 
 use std::time::Duration;
 
+use futures::Stream;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::codec::{Codec, JsonCodec, MsgpackCodec};
 use crate::error::LodeError;
-use crate::limits;
 use crate::protocol::{
-    Consistency, Encoding, Entry, Operation, OperationResult, ReadRequest, ReadResponse, WriteRequest,
+    Capability, Consistency, Encoding, Entry, EntryMeta, Operation, OperationResult, Precondition, Query, QueryResult,
+    ReadRequest, Selector, WriteRequest,
 };
 use crate::sdk::{new_op_id, Client};
+
+/// Entries one range delete examines per round trip; `delete_many` repeats
+/// until the selection is done.
+pub const DELETE_MANY_ENTRIES_PER_CALL: u32 = 1000;
+/// Entries a scan page holds when `limit` is not given.
+pub const SCAN_LIMIT_DEFAULT: u32 = 100;
 
 /// Operations on one namespace.
 #[derive(Clone, Debug)]
 pub struct Kv {
     client: Client,
+    /// The name the application gave.
     namespace: String,
+    /// The name sent to the cluster (stream-scoped when the client has a
+    /// default stream).
+    resource_namespace: String,
+    consistency: Consistency,
 }
 
-/// Checks every operation's limits before anything is sent.
+/// Checks every operation's limits before anything is sent. Sweeps are
+/// the leader's own and never come from a client.
 pub(crate) fn validate_operations(operations: &[Operation]) -> Result<(), LodeError> {
-    if operations.is_empty() {
-        return Err(LodeError::Invalid("operations must not be empty".to_owned()));
+    if operations
+        .iter()
+        .any(|operation| matches!(operation, Operation::SweepExpired { .. }))
+    {
+        return Err(LodeError::Invalid("operations must not hold a sweep".to_owned()));
     }
-    if operations.len() > limits::OPERATIONS_PER_WRITE_MAX {
-        return Err(LodeError::Invalid(format!(
-            "operations has {} items, over the limit operations_per_write_max = {}",
-            operations.len(),
-            limits::OPERATIONS_PER_WRITE_MAX
-        )));
-    }
-    let mut size_bytes = 0;
-    for operation in operations {
-        size_bytes += match operation {
-            Operation::Set {
-                namespace, key, value, ..
-            } => namespace.len() + key.len() + value.len(),
-            Operation::Delete { namespace, key } => namespace.len() + key.len(),
-        };
-        let checked = match operation {
-            Operation::Set {
-                namespace, key, value, ..
-            } => limits::check_namespace(namespace)
-                .and_then(|()| limits::check_key(key))
-                .and_then(|()| limits::check_value(value)),
-            Operation::Delete { namespace, key } => {
-                limits::check_namespace(namespace).and_then(|()| limits::check_key(key))
-            }
-        };
-        checked.map_err(LodeError::Invalid)?;
-    }
-    if size_bytes > limits::WRITE_BYTES_MAX {
-        return Err(LodeError::Invalid(format!(
-            "the write holds {size_bytes} bytes of namespaces, keys and values, over the limit write_bytes_max = {}",
-            limits::WRITE_BYTES_MAX
-        )));
-    }
-    Ok(())
+    lode_types::validate_write(operations).map_err(LodeError::Invalid)
 }
 
-pub(crate) fn validate_read(request: &ReadRequest) -> Result<(), LodeError> {
-    limits::check_namespace(&request.namespace)
-        .and_then(|()| limits::check_key(&request.key))
-        .map_err(LodeError::Invalid)
+/// The error for a result of the wrong kind: a server bug, reported rather
+/// than trusted.
+fn unexpected<T: std::fmt::Debug>(what: &str, result: &T) -> LodeError {
+    LodeError::Unavailable(format!("the server answered {what} with {result:?}"))
+}
+
+fn now_plus(duration: Duration) -> u64 {
+    crate::facade::now_micros().saturating_add(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// An opaque cursor for the key a scan resumes after.
+fn encode_cursor(key: &[u8]) -> String {
+    key.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn decode_cursor(cursor: &str) -> Result<Vec<u8>, LodeError> {
+    let invalid = || LodeError::Invalid(format!("cursor {cursor:?} is not one a scan returned"));
+    if !cursor.len().is_multiple_of(2) {
+        return Err(invalid());
+    }
+    (0..cursor.len())
+        .step_by(2)
+        .map(|at| {
+            cursor
+                .get(at..at + 2)
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                .ok_or_else(invalid)
+        })
+        .collect()
 }
 
 impl Kv {
-    pub(crate) fn new(client: Client, namespace: String) -> Self {
-        Self { client, namespace }
+    pub(crate) fn new(client: Client, namespace: String, resource_namespace: String) -> Self {
+        Self {
+            client,
+            namespace,
+            resource_namespace,
+            consistency: Consistency::Linearizable,
+        }
     }
 
-    /// Sends one operation as its own atomic write, with a fresh op id.
-    async fn write_one(&self, operation: Operation) -> Result<OperationResult, LodeError> {
+    /// The namespace name this handle was opened with.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The namespace name sent to the cluster.
+    pub fn resource_namespace(&self) -> &str {
+        &self.resource_namespace
+    }
+
+    /// A handle whose reads (`get`, `get_entry`, `exists`, `get_many`,
+    /// `scan`) use `consistency` instead of linearizable reads.
+    pub fn with_consistency(&self, consistency: Consistency) -> Kv {
+        Kv {
+            consistency,
+            ..self.clone()
+        }
+    }
+
+    /// Sends an atomic write of `operations` with a fresh op id.
+    async fn write(&self, operations: Vec<Operation>) -> Result<Vec<OperationResult>, LodeError> {
+        self.client.require(Capability::Kv).await?;
         let request = WriteRequest {
             op_id: new_op_id(),
-            operations: vec![operation],
+            operations,
         };
-        let response = self.client.write(request).await?;
-        response
-            .results
+        Ok(self.client.write(request).await?.results)
+    }
+
+    /// Sends one operation as its own atomic write.
+    async fn write_one(&self, operation: Operation) -> Result<OperationResult, LodeError> {
+        self.write(vec![operation])
+            .await?
             .into_iter()
             .next()
             .ok_or_else(|| LodeError::Unavailable("the server answered a write with no result".to_owned()))
     }
 
-    /// The namespace this handle addresses.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
+    async fn query(&self, query: Query, consistency: Consistency) -> Result<(QueryResult, u64), LodeError> {
+        self.client.require(Capability::Kv).await?;
+        let response = self.client.read(ReadRequest { query, consistency }).await?;
+        Ok((response.result, response.position))
     }
 
-    /// Starts a write of `key`; finish it with `.bytes(..)` and `.send()`.
+    /// Starts a write of `key`; choose the value, then `.send()`, or set a
+    /// precondition and `.commit()`.
     pub fn set(&self, key: impl AsRef<[u8]>) -> SetBuilder {
         SetBuilder {
             kv: self.clone(),
@@ -96,41 +141,64 @@ impl Kv {
             value: Vec::new(),
             encoding: Encoding::Bytes,
             expires_at_micros: None,
+            precondition: None,
         }
     }
 
-    /// The value at `key` from a linearizable read, or `None` when absent or
-    /// expired.
+    /// The value at `key`, or `None` when absent or expired.
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, LodeError> {
         Ok(self.get_entry(key).await?.map(|entry| entry.value))
     }
 
-    /// The entry at `key` (value, version, expiry, source) from a
-    /// linearizable read.
+    /// The value at `key` decoded as JSON.
+    pub async fn get_typed<T: DeserializeOwned>(&self, key: impl AsRef<[u8]>) -> Result<Option<T>, LodeError> {
+        self.get_as(key, &JsonCodec).await
+    }
+
+    /// The value at `key` decoded with `codec`.
+    pub async fn get_as<T: DeserializeOwned, C: Codec>(
+        &self,
+        key: impl AsRef<[u8]>,
+        codec: &C,
+    ) -> Result<Option<T>, LodeError> {
+        match self.get(key).await? {
+            Some(bytes) => Ok(Some(codec.decode(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The entry at `key`: value, key, version, expiry and source.
     pub async fn get_entry(&self, key: impl AsRef<[u8]>) -> Result<Option<Entry>, LodeError> {
-        Ok(self.read(key, Consistency::Linearizable).await?.entry)
+        Ok(self.get_entry_with(key, self.consistency).await?.0)
     }
 
     /// The entry at `key` once the serving node has applied `position`; a
     /// `stale` error when it does not catch up in time.
     pub async fn get_entry_at_least(&self, key: impl AsRef<[u8]>, position: u64) -> Result<Option<Entry>, LodeError> {
-        Ok(self.read(key, Consistency::AtLeast(position)).await?.entry)
+        Ok(self.get_entry_with(key, Consistency::AtLeast(position)).await?.0)
     }
 
-    /// A read with explicit consistency, reporting the position it was served at.
-    pub async fn read(&self, key: impl AsRef<[u8]>, consistency: Consistency) -> Result<ReadResponse, LodeError> {
-        let request = ReadRequest {
-            namespace: self.namespace.clone(),
+    /// The entry at `key` with explicit consistency, and the position it was
+    /// served at (a barrier for the next read elsewhere).
+    pub async fn get_entry_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        consistency: Consistency,
+    ) -> Result<(Option<Entry>, u64), LodeError> {
+        let query = Query::Get {
+            namespace: self.resource_namespace.clone(),
             key: key.as_ref().to_vec(),
-            consistency,
         };
-        self.client.read(request).await
+        match self.query(query, consistency).await? {
+            (QueryResult::Entry(entry), position) => Ok((entry, position)),
+            (other, _) => Err(unexpected("get", &other)),
+        }
     }
 
     /// Removes `key`; true when a live entry was removed.
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool, LodeError> {
         let operation = Operation::Delete {
-            namespace: self.namespace.clone(),
+            namespace: self.resource_namespace.clone(),
             key: key.as_ref().to_vec(),
         };
         match self.write_one(operation).await? {
@@ -138,12 +206,104 @@ impl Kv {
             other => Err(unexpected("delete", &other)),
         }
     }
-}
 
-/// The error for a result of the wrong kind: a server bug, reported rather
-/// than trusted.
-fn unexpected(operation: &str, result: &OperationResult) -> LodeError {
-    LodeError::Unavailable(format!("the server answered {operation} with {result:?}"))
+    /// The version, expiry and size of the live entry at `key`, without its
+    /// value, or `None`.
+    pub async fn exists(&self, key: impl AsRef<[u8]>) -> Result<Option<EntryMeta>, LodeError> {
+        let query = Query::Exists {
+            namespace: self.resource_namespace.clone(),
+            key: key.as_ref().to_vec(),
+        };
+        match self.query(query, self.consistency).await? {
+            (QueryResult::Exists(meta), _) => Ok(meta),
+            (other, _) => Err(unexpected("exists", &other)),
+        }
+    }
+
+    /// Sets the expiry to `ttl` from now, or clears it with `None`, without
+    /// rewriting the value or changing the version. An absent or expired
+    /// key is `not_found`.
+    pub async fn expire(&self, key: impl AsRef<[u8]>, ttl: Option<Duration>) -> Result<(), LodeError> {
+        self.expire_at(key, ttl.map(now_plus)).await
+    }
+
+    /// Sets the expiry to an absolute time (microseconds since the epoch), or
+    /// clears it with `None`.
+    pub async fn expire_at(&self, key: impl AsRef<[u8]>, epoch_micros: Option<u64>) -> Result<(), LodeError> {
+        let operation = Operation::Expire {
+            namespace: self.resource_namespace.clone(),
+            key: key.as_ref().to_vec(),
+            expires_at_micros: epoch_micros,
+        };
+        match self.write_one(operation).await? {
+            OperationResult::Expire { .. } => Ok(()),
+            other => Err(unexpected("expire", &other)),
+        }
+    }
+
+    /// Applies a JSON merge patch (RFC 7386) to a JSON entry and returns the
+    /// new version. A non-JSON entry or a malformed patch is `invalid`; an
+    /// absent key is `not_found`.
+    pub async fn patch(&self, key: impl AsRef<[u8]>, merge_patch: impl AsRef<[u8]>) -> Result<u64, LodeError> {
+        let operation = Operation::Patch {
+            namespace: self.resource_namespace.clone(),
+            key: key.as_ref().to_vec(),
+            patch: merge_patch.as_ref().to_vec(),
+        };
+        match self.write_one(operation).await? {
+            OperationResult::Patch { version } => Ok(version),
+            other => Err(unexpected("patch", &other)),
+        }
+    }
+
+    /// Copies the entry at `key` to `to_key` (same namespace unless
+    /// `.into_namespace(..)`); finish with `.send()`.
+    pub fn copy_to(&self, key: impl AsRef<[u8]>, to_key: impl AsRef<[u8]>) -> CopyBuilder {
+        CopyBuilder::new(self.clone(), key.as_ref().to_vec(), to_key.as_ref().to_vec(), false)
+    }
+
+    /// Moves the entry at `key` to `to_key` in one transaction; finish with
+    /// `.send()`.
+    pub fn move_to(&self, key: impl AsRef<[u8]>, to_key: impl AsRef<[u8]>) -> CopyBuilder {
+        CopyBuilder::new(self.clone(), key.as_ref().to_vec(), to_key.as_ref().to_vec(), true)
+    }
+
+    /// One optional value per key, in the order given, read from one
+    /// consistent view.
+    pub async fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>, LodeError> {
+        let query = Query::GetMany {
+            namespace: self.resource_namespace.clone(),
+            keys: keys
+                .iter()
+                .map(|key| serde_bytes::ByteBuf::from(key.as_ref().to_vec()))
+                .collect(),
+        };
+        match self.query(query, self.consistency).await? {
+            (QueryResult::Entries(entries), _) if entries.len() == keys.len() => Ok(entries
+                .into_iter()
+                .map(|entry| entry.map(|entry| entry.value))
+                .collect()),
+            (other, _) => Err(unexpected("get_many", &other)),
+        }
+    }
+
+    /// Starts a bulk delete; without a bound it clears the namespace.
+    pub fn delete_many(&self) -> DeleteManyBuilder {
+        DeleteManyBuilder {
+            kv: self.clone(),
+            selector: Selector::All,
+        }
+    }
+
+    /// Starts a scan; without a bound it walks the whole namespace.
+    pub fn scan(&self) -> ScanBuilder {
+        ScanBuilder {
+            kv: self.clone(),
+            selector: Selector::All,
+            limit: SCAN_LIMIT_DEFAULT,
+            cursor: None,
+        }
+    }
 }
 
 /// A write being built.
@@ -154,6 +314,7 @@ pub struct SetBuilder {
     value: Vec<u8>,
     encoding: Encoding,
     expires_at_micros: Option<u64>,
+    precondition: Option<Precondition>,
 }
 
 impl SetBuilder {
@@ -164,16 +325,26 @@ impl SetBuilder {
         self
     }
 
-    /// A JSON document, stored with the JSON encoding.
-    pub fn json<T: serde::Serialize>(mut self, value: &T) -> Result<Self, LodeError> {
-        self.value = serde_json::to_vec(value).map_err(|error| LodeError::Invalid(format!("value: {error}")))?;
-        self.encoding = Encoding::Json;
+    /// A value encoded as JSON.
+    pub fn json<T: Serialize + ?Sized>(self, value: &T) -> Result<Self, LodeError> {
+        self.encode_with(&JsonCodec, value)
+    }
+
+    /// A value encoded as MessagePack (structs as named maps).
+    pub fn msgpack<T: Serialize + ?Sized>(self, value: &T) -> Result<Self, LodeError> {
+        self.encode_with(&MsgpackCodec, value)
+    }
+
+    /// A value encoded with any codec; its encoding is stored with the entry.
+    pub fn encode_with<C: Codec, T: Serialize + ?Sized>(mut self, codec: &C, value: &T) -> Result<Self, LodeError> {
+        self.value = codec.encode(value)?;
+        self.encoding = codec.encoding();
         Ok(self)
     }
 
     /// Expires `ttl` from now.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.expires_at_micros = Some(crate::facade::now_micros().saturating_add(ttl.as_micros() as u64));
+        self.expires_at_micros = Some(now_plus(ttl));
         self
     }
 
@@ -183,18 +354,274 @@ impl SetBuilder {
         self
     }
 
-    /// Writes unconditionally and returns the new version.
-    pub async fn send(self) -> Result<u64, LodeError> {
+    /// Write only if the key's live entry is at `version`; finish with
+    /// `.commit()`.
+    pub fn expect_version(mut self, version: u64) -> Self {
+        self.precondition = Some(Precondition::Version(version));
+        self
+    }
+
+    /// Write only if the key holds no live entry; finish with `.commit()`.
+    pub fn expect_absent(mut self) -> Self {
+        self.precondition = Some(Precondition::Absent);
+        self
+    }
+
+    fn operation(self) -> (Kv, Operation) {
         let operation = Operation::Set {
-            namespace: self.kv.namespace.clone(),
+            namespace: self.kv.resource_namespace.clone(),
             key: self.key,
             value: self.value,
             encoding: self.encoding,
             expires_at_micros: self.expires_at_micros,
+            precondition: self.precondition,
         };
-        match self.kv.write_one(operation).await? {
+        (self.kv, operation)
+    }
+
+    /// Writes unconditionally and returns the new version. Refused when a
+    /// precondition is set, so that a precondition is never dropped.
+    pub async fn send(self) -> Result<u64, LodeError> {
+        if self.precondition.is_some() {
+            return Err(LodeError::Invalid(
+                "a precondition (expect_version or expect_absent) is set: call .commit() to apply it; .send() writes unconditionally".to_owned(),
+            ));
+        }
+        let (kv, operation) = self.operation();
+        match kv.write_one(operation).await? {
             OperationResult::Set { version } => Ok(version),
             other => Err(unexpected("set", &other)),
         }
+    }
+
+    /// Applies the guarded write and returns the new version; a changed
+    /// version is a `version_conflict` carrying the current version.
+    pub async fn commit(self) -> Result<u64, LodeError> {
+        if self.precondition.is_none() {
+            return Err(LodeError::Invalid(
+                ".commit() needs expect_version or expect_absent; use .send() for an unconditional write".to_owned(),
+            ));
+        }
+        self.kv.client.require(Capability::Cas).await?;
+        let (kv, operation) = self.operation();
+        match kv.write_one(operation).await? {
+            OperationResult::Set { version } => Ok(version),
+            other => Err(unexpected("commit", &other)),
+        }
+    }
+}
+
+/// A copy or move being built.
+#[derive(Debug)]
+pub struct CopyBuilder {
+    kv: Kv,
+    key: Vec<u8>,
+    to_key: Vec<u8>,
+    to_namespace: String,
+    remove_source: bool,
+}
+
+impl CopyBuilder {
+    fn new(kv: Kv, key: Vec<u8>, to_key: Vec<u8>, remove_source: bool) -> Self {
+        let to_namespace = kv.resource_namespace.clone();
+        Self {
+            kv,
+            key,
+            to_key,
+            to_namespace,
+            remove_source,
+        }
+    }
+
+    /// Writes the destination in another namespace (scoped like the
+    /// client's namespaces).
+    pub fn into_namespace(mut self, namespace: impl AsRef<str>) -> Self {
+        self.to_namespace = self.kv.client.resource_namespace(namespace.as_ref());
+        self
+    }
+
+    /// Copies or moves in one transaction and returns the destination's new
+    /// version. The destination is overwritten and keeps the source's
+    /// remaining expiry; an absent or expired source is `not_found`.
+    pub async fn send(self) -> Result<u64, LodeError> {
+        let operation = Operation::Copy {
+            namespace: self.kv.resource_namespace.clone(),
+            key: self.key,
+            to_namespace: self.to_namespace,
+            to_key: self.to_key,
+            remove_source: self.remove_source,
+        };
+        match self.kv.write_one(operation).await? {
+            OperationResult::Copy { version } => Ok(version),
+            other => Err(unexpected("copy", &other)),
+        }
+    }
+}
+
+/// Narrows a bulk operation to part of the namespace.
+pub trait Bounds: Sized {
+    #[doc(hidden)]
+    fn selector_mut(&mut self) -> &mut Selector;
+
+    /// Keys that start with `prefix`.
+    fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        *self.selector_mut() = Selector::Prefix(prefix.as_ref().to_vec());
+        self
+    }
+
+    /// Keys with `start <= key < end`.
+    fn range(mut self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Self {
+        *self.selector_mut() = Selector::Range {
+            start: start.as_ref().to_vec(),
+            end: end.as_ref().to_vec(),
+        };
+        self
+    }
+
+    /// UTF-8 keys that contain `text`; keys that are not UTF-8 are skipped.
+    fn key_contains(mut self, text: impl Into<String>) -> Self {
+        *self.selector_mut() = Selector::KeyContains(text.into());
+        self
+    }
+}
+
+/// A bulk delete being built.
+#[derive(Debug)]
+pub struct DeleteManyBuilder {
+    kv: Kv,
+    selector: Selector,
+}
+
+impl Bounds for DeleteManyBuilder {
+    fn selector_mut(&mut self) -> &mut Selector {
+        &mut self.selector
+    }
+}
+
+impl DeleteManyBuilder {
+    /// Removes the selected entries and returns how many live ones it
+    /// removed. Each round trip is atomic on its own; a large selection
+    /// takes several.
+    pub async fn send(self) -> Result<u64, LodeError> {
+        self.selector.validate().map_err(LodeError::Invalid)?;
+        let mut removed_total = 0;
+        let mut after = None;
+        loop {
+            let operation = Operation::DeleteRange {
+                namespace: self.kv.resource_namespace.clone(),
+                selector: self.selector.clone(),
+                after: after.take(),
+                entries_max: DELETE_MANY_ENTRIES_PER_CALL,
+            };
+            match self.kv.write_one(operation).await? {
+                OperationResult::DeleteRange { removed, resume_after } => {
+                    removed_total += u64::from(removed);
+                    match resume_after {
+                        Some(key) => after = Some(key),
+                        None => return Ok(removed_total),
+                    }
+                }
+                other => return Err(unexpected("delete_many", &other)),
+            }
+        }
+    }
+}
+
+/// One page of a scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanPage {
+    pub entries: Vec<Entry>,
+    /// Pass to `.cursor(..)` for the next page; `None` when the walk is done.
+    pub cursor: Option<String>,
+}
+
+/// A scan being built.
+#[derive(Debug, Clone)]
+pub struct ScanBuilder {
+    kv: Kv,
+    selector: Selector,
+    limit: u32,
+    cursor: Option<String>,
+}
+
+impl Bounds for ScanBuilder {
+    fn selector_mut(&mut self) -> &mut Selector {
+        &mut self.selector
+    }
+}
+
+impl ScanBuilder {
+    /// Entries per page (1 to `scan_page_entries_max`).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Continues a walk from a cursor an earlier page returned.
+    pub fn cursor(mut self, cursor: impl Into<String>) -> Self {
+        self.cursor = Some(cursor.into());
+        self
+    }
+
+    /// One page and the cursor for the next.
+    pub async fn fetch(&self) -> Result<ScanPage, LodeError> {
+        let after = self.cursor.as_deref().map(decode_cursor).transpose()?;
+        let query = Query::Scan {
+            namespace: self.kv.resource_namespace.clone(),
+            selector: self.selector.clone(),
+            after,
+            limit: self.limit,
+        };
+        query.validate().map_err(LodeError::Invalid)?;
+        match self.kv.query(query, self.kv.consistency).await? {
+            (QueryResult::Page { entries, resume_after }, _) => Ok(ScanPage {
+                entries,
+                cursor: resume_after.as_deref().map(encode_cursor),
+            }),
+            (other, _) => Err(unexpected("scan", &other)),
+        }
+    }
+
+    /// Every selected entry, page after page, as a stream. A walk never
+    /// returns a key twice and never skips a key that existed throughout.
+    pub fn entries(self) -> impl Stream<Item = Result<Entry, LodeError>> {
+        struct Walk {
+            scan: ScanBuilder,
+            buffered: std::vec::IntoIter<Entry>,
+            done: bool,
+        }
+        let walk = Walk {
+            scan: self,
+            buffered: Vec::new().into_iter(),
+            done: false,
+        };
+        futures::stream::try_unfold(walk, |mut walk| async move {
+            loop {
+                if let Some(entry) = walk.buffered.next() {
+                    return Ok(Some((entry, walk)));
+                }
+                if walk.done {
+                    return Ok(None);
+                }
+                let page = walk.scan.fetch().await?;
+                walk.done = page.cursor.is_none();
+                walk.scan.cursor = page.cursor;
+                walk.buffered = page.entries.into_iter();
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_foreign_ones_are_refused() {
+        for key in [&b""[..], b"a", b"\x00\xff key"] {
+            assert_eq!(decode_cursor(&encode_cursor(key)).expect("round trip"), key);
+        }
+        assert!(decode_cursor("abc").expect_err("odd length").is_invalid());
+        assert!(decode_cursor("zz").expect_err("not hex").is_invalid());
     }
 }

@@ -5,6 +5,7 @@
 //! that only talks to a cluster compiles no C++. Raft's own messages travel
 //! through the same service as opaque bytes that only nodes decode.
 
+pub mod codec;
 pub mod connection;
 pub mod error;
 pub mod facade;
@@ -13,7 +14,8 @@ pub mod limits;
 pub mod protocol;
 pub mod sdk;
 
+pub use codec::{Codec, JsonCodec, MsgpackCodec};
 pub use error::{LodeError, MutationRecovery};
-pub use kv::Kv;
-pub use protocol::{Consistency, Encoding, Entry, Operation, OperationResult};
+pub use kv::{Bounds, Kv, ScanPage};
+pub use protocol::{Capability, Consistency, Encoding, Entry, EntryMeta, Operation, OperationResult};
 pub use sdk::{Client, ClientOptions};

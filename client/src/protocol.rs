@@ -6,41 +6,7 @@ pub use serde_bytes::ByteBuf;
 
 use crate::error::LodeError;
 
-/// How a value's bytes are to be read; stored with the entry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub enum Encoding {
-    #[default]
-    Bytes,
-    Json,
-    Msgpack,
-    Custom(String),
-}
-
-/// One operation of an atomic write.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Operation {
-    Set {
-        namespace: String,
-        #[serde(with = "serde_bytes")]
-        key: Vec<u8>,
-        #[serde(with = "serde_bytes")]
-        value: Vec<u8>,
-        encoding: Encoding,
-        expires_at_micros: Option<u64>,
-    },
-    Delete {
-        namespace: String,
-        #[serde(with = "serde_bytes")]
-        key: Vec<u8>,
-    },
-}
-
-/// The result of one operation, in request order.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum OperationResult {
-    Set { version: u64 },
-    Delete { removed_live_entry: bool },
-}
+pub use lode_types::{Encoding, Operation, OperationResult, Precondition, Selector};
 
 /// An atomic batch of operations with the op id that makes retries safe.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,11 +37,114 @@ pub enum Consistency {
     Eventual,
 }
 
+/// What a read asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Query {
+    /// The live entry at a key.
+    Get {
+        namespace: String,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
+    /// A live entry's version, expiry and size, without its value.
+    Exists {
+        namespace: String,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
+    /// The live entries at several keys, from one consistent view.
+    GetMany { namespace: String, keys: Vec<ByteBuf> },
+    /// One page of live selected entries in key order, after `after`.
+    Scan {
+        namespace: String,
+        selector: Selector,
+        #[serde(with = "serde_bytes")]
+        after: Option<Vec<u8>>,
+        limit: u32,
+    },
+    /// Namespaces holding live entries whose names start with `prefix`.
+    Namespaces { prefix: String },
+}
+
+/// The answer to a [`Query`], variant for variant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QueryResult {
+    Entry(Option<Entry>),
+    Exists(Option<EntryMeta>),
+    Entries(Vec<Option<Entry>>),
+    Page {
+        entries: Vec<Entry>,
+        /// Where the next page starts; `None` when the range is done.
+        #[serde(with = "serde_bytes")]
+        resume_after: Option<Vec<u8>>,
+    },
+    Namespaces(Vec<String>),
+}
+
+/// What `exists` reports of a live entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryMeta {
+    pub version: u64,
+    pub expires_at_micros: Option<u64>,
+    /// The value's size in bytes.
+    pub size_bytes: u64,
+}
+
+impl Query {
+    /// Checks the query's limits; the message names the field and the limit.
+    pub fn validate(&self) -> Result<(), String> {
+        use crate::limits::{
+            check_key, check_namespace, GET_MANY_KEYS_MAX, NAMESPACE_BYTES_MAX, SCAN_PAGE_ENTRIES_MAX,
+        };
+        match self {
+            Query::Get { namespace, key } | Query::Exists { namespace, key } => {
+                check_namespace(namespace)?;
+                check_key(key)
+            }
+            Query::GetMany { namespace, keys } => {
+                check_namespace(namespace)?;
+                if keys.len() > GET_MANY_KEYS_MAX {
+                    return Err(format!(
+                        "keys has {} items, over the limit get_many_keys_max = {GET_MANY_KEYS_MAX}",
+                        keys.len()
+                    ));
+                }
+                keys.iter().try_for_each(|key| check_key(key))
+            }
+            Query::Scan {
+                namespace,
+                selector,
+                after,
+                limit,
+            } => {
+                check_namespace(namespace)?;
+                selector.validate()?;
+                if let Some(after) = after {
+                    check_key(after).map_err(|message| message.replacen("key", "cursor", 1))?;
+                }
+                if *limit == 0 || *limit as usize > SCAN_PAGE_ENTRIES_MAX {
+                    return Err(format!(
+                        "limit must be 1 to scan_page_entries_max = {SCAN_PAGE_ENTRIES_MAX}"
+                    ));
+                }
+                Ok(())
+            }
+            Query::Namespaces { prefix } => {
+                if prefix.len() > NAMESPACE_BYTES_MAX {
+                    return Err(format!(
+                        "prefix is {} bytes, over the limit namespace_bytes_max = {NAMESPACE_BYTES_MAX}",
+                        prefix.len()
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadRequest {
-    pub namespace: String,
-    #[serde(with = "serde_bytes")]
-    pub key: Vec<u8>,
+    pub query: Query,
     pub consistency: Consistency,
 }
 
@@ -96,10 +165,22 @@ pub struct Entry {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadResponse {
-    pub entry: Option<Entry>,
+    pub result: QueryResult,
     /// The applied position the read was served at: a barrier for the next
     /// read elsewhere.
     pub position: u64,
+}
+
+/// A feature a server may or may not offer; the SDK checks before it sends
+/// a call that needs one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Capability {
+    /// Key-value reads and writes, scans, bulk deletes, patch, copy and move.
+    Kv,
+    /// Compare-and-swap: writes with a version or absence precondition.
+    Cas,
+    /// Leases with fencing tokens and fenced writes.
+    FencedLeases,
 }
 
 /// One member as the cluster status reports it.
@@ -144,6 +225,8 @@ pub trait LodeService {
     /// Applies an atomic batch; followers forward it to the leader.
     async fn write(request: WriteRequest) -> Result<WriteResponse, LodeError>;
     async fn read(request: ReadRequest) -> Result<ReadResponse, LodeError>;
+    /// What this server offers.
+    async fn capabilities() -> Vec<Capability>;
     /// The cluster as the leader sees it (forwarded when needed).
     async fn cluster_status() -> Result<ClusterStatus, LodeError>;
     /// The cluster as the answering node itself sees it, never forwarded.

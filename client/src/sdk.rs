@@ -12,12 +12,15 @@ use std::time::Duration;
 use crate::connection::{CallFailure, Connection};
 use crate::error::{LodeError, MutationRecovery};
 use crate::kv::Kv;
-use crate::protocol::{ClusterStatus, LodeServiceClient, ReadRequest, ReadResponse, WriteRequest, WriteResponse};
+use crate::protocol::{
+    Capability, ClusterStatus, Consistency, LodeServiceClient, Query, QueryResult, ReadRequest, ReadResponse,
+    WriteRequest, WriteResponse,
+};
 
 /// How long `cluster_status` waits for each member's own report.
 pub const STATUS_MEMBER_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Time limits of the SDK; every one is bounded.
+/// How a client behaves: time limits (every one bounded) and naming.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
     /// One attempt against one node.
@@ -26,6 +29,10 @@ pub struct ClientOptions {
     pub call_timeout: Duration,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    /// When set, `kv("config")` addresses `stream:<stream>/config`, and
+    /// `kv_namespaces()` lists only this stream's names, without the prefix.
+    /// `kv_unscoped` opts out for one handle.
+    pub default_stream: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -35,11 +42,14 @@ impl Default for ClientOptions {
             call_timeout: Duration::from_secs(30),
             backoff_initial: Duration::from_millis(20),
             backoff_max: Duration::from_millis(500),
+            default_stream: None,
         }
     }
 }
 
 struct Inner {
+    /// What the cluster offers, asked once on first need.
+    capabilities: tokio::sync::OnceCell<Vec<Capability>>,
     connections: RwLock<Vec<Arc<Connection>>>,
     /// Index of the connection believed to reach the leader.
     preferred: AtomicUsize,
@@ -97,6 +107,7 @@ impl Client {
         }
         Ok(Self {
             inner: Arc::new(Inner {
+                capabilities: tokio::sync::OnceCell::new(),
                 connections: RwLock::new(connections),
                 preferred: AtomicUsize::new(0),
                 options,
@@ -104,9 +115,82 @@ impl Client {
         })
     }
 
-    /// A handle on one namespace.
+    /// A handle on one namespace, scoped to the default stream if the
+    /// client has one.
     pub fn kv(&self, namespace: impl Into<String>) -> Kv {
-        Kv::new(self.clone(), namespace.into())
+        let namespace = namespace.into();
+        let resource = self.resource_namespace(&namespace);
+        Kv::new(self.clone(), namespace, resource)
+    }
+
+    /// A handle on a namespace exactly as named, even when the client has a
+    /// default stream.
+    pub fn kv_unscoped(&self, namespace: impl Into<String>) -> Kv {
+        let namespace = namespace.into();
+        Kv::new(self.clone(), namespace.clone(), namespace)
+    }
+
+    fn stream_prefix(&self) -> Option<String> {
+        self.inner
+            .options
+            .default_stream
+            .as_ref()
+            .map(|stream| format!("stream:{stream}/"))
+    }
+
+    /// The name sent to the cluster for the namespace `namespace`.
+    pub fn resource_namespace(&self, namespace: &str) -> String {
+        match self.stream_prefix() {
+            Some(prefix) => format!("{prefix}{namespace}"),
+            None => namespace.to_owned(),
+        }
+    }
+
+    /// The namespaces that hold live entries (this stream's, without the
+    /// prefix, when the client has a default stream).
+    pub async fn kv_namespaces(&self) -> Result<Vec<String>, LodeError> {
+        self.require(Capability::Kv).await?;
+        let prefix = self.stream_prefix().unwrap_or_default();
+        let request = ReadRequest {
+            query: Query::Namespaces { prefix: prefix.clone() },
+            consistency: Consistency::Linearizable,
+        };
+        match self.read(request).await?.result {
+            QueryResult::Namespaces(names) => Ok(names
+                .into_iter()
+                .filter_map(|name| name.strip_prefix(prefix.as_str()).map(str::to_owned))
+                .collect()),
+            other => Err(LodeError::Unavailable(format!(
+                "the server answered kv_namespaces with {other:?}"
+            ))),
+        }
+    }
+
+    /// What the cluster offers; asked once, then remembered.
+    pub async fn capabilities(&self) -> Result<Vec<Capability>, LodeError> {
+        let capabilities = self
+            .inner
+            .capabilities
+            .get_or_try_init(|| async {
+                self.send(None, |client, context| async move {
+                    client.capabilities(context).await.map(Ok)
+                })
+                .await
+            })
+            .await?;
+        Ok(capabilities.clone())
+    }
+
+    /// `unsupported`, before anything else is sent, when the cluster lacks
+    /// `capability`.
+    pub async fn require(&self, capability: Capability) -> Result<(), LodeError> {
+        if self.capabilities().await?.contains(&capability) {
+            Ok(())
+        } else {
+            Err(LodeError::Unsupported(format!(
+                "the cluster does not offer {capability:?}"
+            )))
+        }
     }
 
     fn connections(&self) -> Vec<Arc<Connection>> {
@@ -215,7 +299,7 @@ impl Client {
     }
 
     pub async fn read(&self, request: ReadRequest) -> Result<ReadResponse, LodeError> {
-        crate::kv::validate_read(&request)?;
+        request.query.validate().map_err(LodeError::Invalid)?;
         self.send(None, |client, context| {
             let request = request.clone();
             async move { client.read(context, request).await }

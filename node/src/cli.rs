@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use lode_client::{Client, Consistency, LodeError};
+use clap::{Args, Parser, Subcommand};
+use lode_client::{Client, LodeError};
 use tokio::net::TcpListener;
 
 use crate::node::{Membership, Node, NodeConfig};
@@ -32,7 +32,7 @@ pub enum Commands {
     Dev(crate::dev::DevArguments),
     /// Read and write entries.
     #[command(subcommand)]
-    Kv(KvCommand),
+    Kv(crate::kv_cli::KvCommand),
     /// Inspect and change the cluster's membership.
     #[command(subcommand)]
     Cluster(ClusterCommand),
@@ -78,53 +78,6 @@ impl Endpoints {
     pub fn client(&self) -> Result<Client, LodeError> {
         Client::connect(self.endpoints.split(','))
     }
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug)]
-pub enum ConsistencyArgument {
-    Linearizable,
-    Eventual,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum KvCommand {
-    /// Write a value; prints the new version.
-    Set {
-        namespace: String,
-        key: String,
-        value: String,
-        /// Expire after this many milliseconds.
-        #[arg(long)]
-        ttl_ms: Option<u64>,
-        #[command(flatten)]
-        endpoints: Endpoints,
-    },
-    /// Print a value; exit status 1 and "not found" when absent.
-    Get {
-        namespace: String,
-        key: String,
-        #[arg(long, value_enum, default_value = "linearizable")]
-        consistency: ConsistencyArgument,
-        /// Serve once the node has applied this position (any node).
-        #[arg(long)]
-        at_least: Option<u64>,
-        #[command(flatten)]
-        endpoints: Endpoints,
-    },
-    /// Delete a key; prints whether a live entry was removed.
-    Del {
-        namespace: String,
-        key: String,
-        #[command(flatten)]
-        endpoints: Endpoints,
-    },
-    /// Print the entry (value, version, expiry, source) as JSON.
-    Entry {
-        namespace: String,
-        key: String,
-        #[command(flatten)]
-        endpoints: Endpoints,
-    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -253,75 +206,11 @@ impl StopSignal {
     }
 }
 
-fn print_json(value: &serde_json::Value) {
+pub(crate) fn print_json(value: &serde_json::Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
     );
-}
-
-async fn run_kv(command: KvCommand) -> Result<ExitCode, LodeError> {
-    match command {
-        KvCommand::Set {
-            namespace,
-            key,
-            value,
-            ttl_ms,
-            endpoints,
-        } => {
-            let mut set = endpoints.client()?.kv(namespace).set(key).bytes(value);
-            if let Some(ttl_ms) = ttl_ms {
-                set = set.ttl(std::time::Duration::from_millis(ttl_ms));
-            }
-            println!("{}", set.send().await?);
-        }
-        KvCommand::Get {
-            namespace,
-            key,
-            consistency,
-            at_least,
-            endpoints,
-        } => {
-            let consistency = match (at_least, consistency) {
-                (Some(position), _) => Consistency::AtLeast(position),
-                (None, ConsistencyArgument::Linearizable) => Consistency::Linearizable,
-                (None, ConsistencyArgument::Eventual) => Consistency::Eventual,
-            };
-            match endpoints.client()?.kv(namespace).read(key, consistency).await?.entry {
-                Some(entry) => println!("{}", String::from_utf8_lossy(&entry.value)),
-                None => {
-                    eprintln!("not found");
-                    return Ok(ExitCode::FAILURE);
-                }
-            }
-        }
-        KvCommand::Del {
-            namespace,
-            key,
-            endpoints,
-        } => {
-            println!("{}", endpoints.client()?.kv(namespace).delete(key).await?);
-        }
-        KvCommand::Entry {
-            namespace,
-            key,
-            endpoints,
-        } => match endpoints.client()?.kv(namespace).get_entry(key).await? {
-            Some(entry) => print_json(&serde_json::json!({
-                "key": String::from_utf8_lossy(&entry.key),
-                "value": String::from_utf8_lossy(&entry.value),
-                "encoding": format!("{:?}", entry.encoding).to_lowercase(),
-                "version": entry.version,
-                "expires_at_micros": entry.expires_at_micros,
-                "source": { "term": entry.source_term, "index": entry.source_index },
-            })),
-            None => {
-                eprintln!("not found");
-                return Ok(ExitCode::FAILURE);
-            }
-        },
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn run_cluster(command: ClusterCommand) -> Result<ExitCode, LodeError> {
@@ -370,7 +259,7 @@ pub async fn run(arguments: Arguments) -> ExitCode {
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(|error| format!("{error:#}")),
-        Commands::Kv(command) => run_kv(command).await.map_err(|error| error.to_string()),
+        Commands::Kv(command) => crate::kv_cli::run(command).await.map_err(|error| error.to_string()),
         Commands::Cluster(command) => run_cluster(command).await.map_err(|error| error.to_string()),
         Commands::Bench(bench) => crate::bench::run(bench)
             .await

@@ -1,85 +1,58 @@
-//! Conversions between the wire types of lode-client and the command types
-//! of lode-raft-store. The two crates cannot share types (one must not pull
-//! in the network, the other not the storage), so they meet here.
+//! Between the wire and the state machine: the two share their operation
+//! types (`lode-types`), so what is left is wrapping a write into a command
+//! and turning stored entries and refusals into their wire forms.
 
 use lode_client::protocol::{self as wire};
 use lode_client::LodeError;
-use lode_raft_store::command::{self as store, Command, CommandV1, OpId};
+use lode_raft_store::command::{Command, CommandV1, OpId, OperationResult, Rejection};
 use lode_raft_store::StoredEntry;
 
-pub fn encoding_to_store(encoding: &wire::Encoding) -> store::Encoding {
-    match encoding {
-        wire::Encoding::Bytes => store::Encoding::Bytes,
-        wire::Encoding::Json => store::Encoding::Json,
-        wire::Encoding::Msgpack => store::Encoding::Msgpack,
-        wire::Encoding::Custom(name) => store::Encoding::Custom(name.clone()),
-    }
-}
-
-pub fn encoding_to_wire(encoding: &store::Encoding) -> wire::Encoding {
-    match encoding {
-        store::Encoding::Bytes => wire::Encoding::Bytes,
-        store::Encoding::Json => wire::Encoding::Json,
-        store::Encoding::Msgpack => wire::Encoding::Msgpack,
-        store::Encoding::Custom(name) => wire::Encoding::Custom(name.clone()),
-    }
-}
-
-/// Builds the command for a write request, stamped with the leader's time.
-pub fn command(request: &wire::WriteRequest, time_micros: u64) -> Command {
-    let operations = request
-        .operations
-        .iter()
-        .map(|operation| match operation {
-            wire::Operation::Set {
-                namespace,
-                key,
-                value,
-                encoding,
-                expires_at_micros,
-            } => store::Operation::Set {
-                namespace: namespace.clone(),
-                key: key.clone(),
-                value: value.clone(),
-                encoding: encoding_to_store(encoding),
-                expires_at_micros: *expires_at_micros,
-            },
-            wire::Operation::Delete { namespace, key } => store::Operation::Delete {
-                namespace: namespace.clone(),
-                key: key.clone(),
-            },
-        })
-        .collect();
+/// The command for a write request; the proposer stamps its time.
+pub fn command(request: &wire::WriteRequest) -> Command {
     Command::V1(CommandV1 {
         op_id: Some(OpId(request.op_id)),
-        time_micros,
-        operations,
+        time_micros: 0,
+        operations: request.operations.clone(),
     })
 }
 
-pub fn result_to_wire(result: &store::OperationResult) -> Result<wire::OperationResult, LodeError> {
-    match result {
-        store::OperationResult::Set { version } => Ok(wire::OperationResult::Set { version: *version }),
-        store::OperationResult::Delete { removed_live_entry } => Ok(wire::OperationResult::Delete {
-            removed_live_entry: *removed_live_entry,
-        }),
-        store::OperationResult::SweepExpired { .. } => Err(LodeError::Invalid(
-            "sweep results are internal and never answer a client".to_owned(),
-        )),
+/// Checks a client's write: its limits, and that it holds no operation only
+/// the leader may propose.
+pub fn validate_client_write(request: &wire::WriteRequest) -> Result<(), LodeError> {
+    if request
+        .operations
+        .iter()
+        .any(|operation| matches!(operation, wire::Operation::SweepExpired { .. }))
+    {
+        return Err(LodeError::Invalid("operations must not hold a sweep".to_owned()));
+    }
+    lode_types::validate_write(&request.operations).map_err(LodeError::Invalid)
+}
+
+pub fn rejection_to_wire(rejection: Rejection) -> LodeError {
+    match rejection {
+        Rejection::Invalid(message) => LodeError::Invalid(message),
+        Rejection::VersionConflict { current, .. } => LodeError::VersionConflict { current },
+        Rejection::NotFound(message) => LodeError::NotFound(message),
     }
 }
 
-pub fn rejection_to_wire(rejection: store::Rejection) -> LodeError {
-    match rejection {
-        store::Rejection::Invalid(message) => LodeError::Invalid(message),
+/// Results for the client: sweeps are the leader's own and never answer one.
+pub fn results_to_wire(results: Vec<OperationResult>) -> Result<Vec<OperationResult>, LodeError> {
+    if results
+        .iter()
+        .any(|result| matches!(result, OperationResult::SweepExpired { .. }))
+    {
+        return Err(LodeError::Invalid("sweep results never answer a client".to_owned()));
     }
+    Ok(results)
 }
 
 pub fn entry_to_wire(key: Vec<u8>, entry: StoredEntry) -> wire::Entry {
     wire::Entry {
         key,
         value: entry.value,
-        encoding: encoding_to_wire(&entry.encoding),
+        encoding: entry.encoding,
         version: entry.version,
         expires_at_micros: entry.expires_at_micros,
         source_term: entry.source.term,
@@ -89,8 +62,7 @@ pub fn entry_to_wire(key: Vec<u8>, entry: StoredEntry) -> wire::Entry {
 
 #[cfg(test)]
 mod tests {
-    use lode_client::limits as client;
-    use lode_raft_store::limits as server;
+    use lode_raft_store::limits::WRITE_BYTES_MAX;
 
     #[test]
     fn a_full_raft_append_fits_in_one_frame() {
@@ -98,17 +70,8 @@ mod tests {
         use crate::proposer::PROPOSAL_BYTES_MAX;
         // The largest proposal is the byte limit plus one write that started
         // below it, plus encoding overhead per command.
-        let proposal_max = PROPOSAL_BYTES_MAX + server::WRITE_BYTES_MAX + 64 * 1024;
+        let proposal_max = PROPOSAL_BYTES_MAX + WRITE_BYTES_MAX + 64 * 1024;
         let append_max = RAFT_PAYLOAD_ENTRIES_MAX as usize * proposal_max;
         assert!(append_max < lode_client::connection::FRAME_BYTES_MAX, "{append_max}");
-    }
-
-    #[test]
-    fn client_and_server_limits_agree() {
-        assert_eq!(client::NAMESPACE_BYTES_MAX, server::NAMESPACE_BYTES_MAX);
-        assert_eq!(client::KEY_BYTES_MAX, server::KEY_BYTES_MAX);
-        assert_eq!(client::VALUE_BYTES_MAX, server::VALUE_BYTES_MAX);
-        assert_eq!(client::OPERATIONS_PER_WRITE_MAX, server::OPERATIONS_PER_WRITE_MAX);
-        assert_eq!(client::WRITE_BYTES_MAX, server::WRITE_BYTES_MAX);
     }
 }

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod cli;
 pub mod convert;
 pub mod dev;
+pub mod kv_cli;
 pub mod network;
 pub mod node;
 pub mod proposer;

@@ -226,6 +226,7 @@ mod tests {
             value: Vec::new(),
             encoding: Encoding::Bytes,
             expires_at_micros: None,
+            precondition: None,
         }
     }
 
@@ -273,6 +274,7 @@ mod tests {
             value: vec![0; 600_000],
             encoding: Encoding::Bytes,
             expires_at_micros: None,
+            precondition: None,
         };
         for index in 0..6 {
             let (item, receiver) = waiting(Some(index), vec![big(index as usize)]);

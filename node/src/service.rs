@@ -11,8 +11,8 @@ use std::time::Duration;
 use lode_client::connection::CallFailure;
 use lode_client::error::LeaderHint;
 use lode_client::protocol::{
-    ByteBuf, ClusterStatus, Consistency, LodeService, LodeServiceClient, MemberStatus, RaftMessageKind, ReadRequest,
-    ReadResponse, WriteRequest, WriteResponse,
+    ByteBuf, Capability, ClusterStatus, Consistency, EntryMeta, LodeService, LodeServiceClient, MemberStatus, Query,
+    QueryResult, RaftMessageKind, ReadRequest, ReadResponse, WriteRequest, WriteResponse,
 };
 use lode_client::LodeError;
 use lode_raft_store::TypeConfig;
@@ -77,8 +77,8 @@ impl NodeService {
     }
 
     async fn write_on_leader(&self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
-        let command = convert::command(&request, 0);
-        command.validate().map_err(LodeError::Invalid)?;
+        convert::validate_client_write(&request)?;
+        let command = convert::command(&request);
         let outcome = match self.shared.proposer.propose(command).await {
             Ok(outcome) => outcome,
             Err(LodeError::NotLeader { hint: Some(hint) }) if hint.id != self.shared.id => {
@@ -91,11 +91,7 @@ impl NodeService {
             }
             Err(error) => return Err(error),
         };
-        let results = outcome.result.map_err(convert::rejection_to_wire)?;
-        let results = results
-            .iter()
-            .map(convert::result_to_wire)
-            .collect::<Result<Vec<_>, _>>()?;
+        let results = convert::results_to_wire(outcome.result.map_err(convert::rejection_to_wire)?)?;
         Ok(WriteResponse {
             position: outcome.index,
             results,
@@ -103,20 +99,59 @@ impl NodeService {
     }
 
     fn read_local(&self, request: &ReadRequest) -> Result<ReadResponse, LodeError> {
-        // The position is read before the entry, so the state served is at
+        // The position is read before the state, so the state served is at
         // least as new as the position reported.
         let position = self.shared.reader.applied_index();
-        let entry = self
-            .shared
-            .reader
-            .get_entry(&request.namespace, &request.key, facade::now_micros())
-            .map_err(|error| {
-                tracing::error!(%error, "reading an entry failed");
-                LodeError::Unavailable(format!("storage error: {error}"))
-            })?;
-        Ok(ReadResponse {
-            entry: entry.map(|entry| convert::entry_to_wire(request.key.clone(), entry)),
-            position,
+        let result = self.answer(&request.query, facade::now_micros()).map_err(|error| {
+            tracing::error!(%error, "reading the state failed");
+            LodeError::Unavailable(format!("storage error: {error}"))
+        })?;
+        Ok(ReadResponse { result, position })
+    }
+
+    /// Answers a query from this replica's state as of `now_micros`.
+    fn answer(&self, query: &Query, now_micros: u64) -> Result<QueryResult, lode_raft_store::EngineError> {
+        let reader = &self.shared.reader;
+        Ok(match query {
+            Query::Get { namespace, key } => QueryResult::Entry(
+                reader
+                    .get_entry(namespace, key, now_micros)?
+                    .map(|entry| convert::entry_to_wire(key.clone(), entry)),
+            ),
+            Query::Exists { namespace, key } => {
+                QueryResult::Exists(reader.get_entry(namespace, key, now_micros)?.map(|entry| EntryMeta {
+                    version: entry.version,
+                    expires_at_micros: entry.expires_at_micros,
+                    size_bytes: entry.value.len() as u64,
+                }))
+            }
+            Query::GetMany { namespace, keys } => {
+                let keys: Vec<Vec<u8>> = keys.iter().map(|key| key.to_vec()).collect();
+                let entries = reader.get_many(namespace, &keys, now_micros)?;
+                QueryResult::Entries(
+                    keys.into_iter()
+                        .zip(entries)
+                        .map(|(key, entry)| entry.map(|entry| convert::entry_to_wire(key, entry)))
+                        .collect(),
+                )
+            }
+            Query::Scan {
+                namespace,
+                selector,
+                after,
+                limit,
+            } => {
+                let page = reader.scan(namespace, selector, after.as_deref(), *limit as usize, now_micros)?;
+                QueryResult::Page {
+                    entries: page
+                        .entries
+                        .into_iter()
+                        .map(|(key, entry)| convert::entry_to_wire(key, entry))
+                        .collect(),
+                    resume_after: page.resume_after,
+                }
+            }
+            Query::Namespaces { prefix } => QueryResult::Namespaces(reader.namespaces(prefix, now_micros)?),
         })
     }
 
@@ -134,9 +169,7 @@ impl NodeService {
     }
 
     async fn read_request(&self, request: ReadRequest) -> Result<ReadResponse, LodeError> {
-        lode_raft_store::limits::check_namespace(&request.namespace)
-            .and_then(|()| lode_raft_store::limits::check_key(&request.key))
-            .map_err(LodeError::Invalid)?;
+        request.query.validate().map_err(LodeError::Invalid)?;
         match request.consistency {
             Consistency::Eventual => self.read_local(&request),
             Consistency::AtLeast(position) => {
@@ -363,6 +396,10 @@ impl LodeService for NodeService {
         let _in_flight = self.shared.in_flight.clone();
         let span = self.request_span("cluster_status", &context);
         self.leader_status().instrument(span).await
+    }
+
+    async fn capabilities(self, _: Context) -> Vec<Capability> {
+        vec![Capability::Kv, Capability::Cas]
     }
 
     async fn node_status(self, _: Context) -> Result<ClusterStatus, LodeError> {

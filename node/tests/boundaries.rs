@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::Command;
 
 use lode_client::connection::{context, dial};
-use lode_client::protocol::{Consistency, Operation, ReadRequest, WriteRequest};
+use lode_client::protocol::{Consistency, Operation, Query, ReadRequest, WriteRequest};
 use support::{wait_until, TestCluster};
 
 fn set(namespace: &str, key: Vec<u8>, value: Vec<u8>) -> Operation {
@@ -17,6 +17,7 @@ fn set(namespace: &str, key: Vec<u8>, value: Vec<u8>) -> Operation {
         value,
         encoding: Default::default(),
         expires_at_micros: None,
+        precondition: None,
     }
 }
 
@@ -100,8 +101,10 @@ async fn bad_input_is_invalid_and_names_the_limit() {
         );
     }
     let read = ReadRequest {
-        namespace: "ok".to_owned(),
-        key: vec![1; 4096],
+        query: Query::Get {
+            namespace: "ok".to_owned(),
+            key: vec![1; 4096],
+        },
         consistency: Consistency::Eventual,
     };
     let error = raw
@@ -222,10 +225,7 @@ async fn the_cli_reads_writes_and_reports() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("namespace must not be empty"));
 
     // A TTL'd entry disappears from reads once expired, then from disk by a sweep.
-    let ttl = lode(
-        &["kv", "set", "config", "short", "lived", "--ttl-ms", "300"],
-        &endpoints,
-    );
+    let ttl = lode(&["kv", "set", "config", "short", "lived", "--ttl", "300ms"], &endpoints);
     assert!(ttl.status.success(), "{ttl:?}");
     let kv = cluster.client().kv("config");
     wait_until("the TTL entry to expire", || async {

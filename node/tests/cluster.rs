@@ -39,17 +39,17 @@ async fn write_keys(client: &Client, keys: std::ops::Range<u64>, tasks: u64) -> 
 async fn assert_keys_on(cluster: &TestCluster, id: u64, keys: std::ops::Range<u64>, position: u64) {
     let kv = cluster.client_of(id).kv(NAMESPACE);
     for key in keys {
-        let read = kv
-            .read(format!("key-{key}"), Consistency::AtLeast(position))
+        let (entry, served_at) = kv
+            .get_entry_with(format!("key-{key}"), Consistency::AtLeast(position))
             .await
             .expect("read");
-        let entry = read.entry.unwrap_or_else(|| panic!("member {id} lacks key-{key}"));
+        let entry = entry.unwrap_or_else(|| panic!("member {id} lacks key-{key}"));
         assert_eq!(
             entry.value,
             format!("value-{key}").into_bytes(),
             "member {id}, key-{key}"
         );
-        assert!(read.position >= position);
+        assert!(served_at >= position);
     }
 }
 
@@ -213,13 +213,13 @@ async fn a_linearizable_read_on_a_follower_sees_the_latest_write() {
     }
     // An eventual read is served locally; an at-least read of a far future
     // position is refused as stale, not answered with old data.
-    let local = reader
-        .read("shared", Consistency::Eventual)
+    let (_, local_position) = reader
+        .get_entry_with("shared", Consistency::Eventual)
         .await
         .expect("eventual read");
-    assert!(local.position > 0);
+    assert!(local_position > 0);
     let stale = reader
-        .read("shared", Consistency::AtLeast(local.position + 1_000_000))
+        .get_entry_with("shared", Consistency::AtLeast(local_position + 1_000_000))
         .await;
     assert!(stale.as_ref().is_err_and(|error| error.is_stale()), "{stale:?}");
 }
@@ -237,6 +237,7 @@ async fn a_retried_operation_applies_once() {
             value: b"first".to_vec(),
             encoding: Default::default(),
             expires_at_micros: None,
+            precondition: None,
         }],
     };
     let applied = client.write(first.clone()).await.expect("first write");
@@ -314,6 +315,7 @@ async fn a_mutation_with_an_unknown_outcome_is_ambiguous_and_its_retry_applies_o
             value: b"first".to_vec(),
             encoding: Default::default(),
             expires_at_micros: None,
+            precondition: None,
         }],
     };
     cluster.signal(leader, "STOP");

@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, CommandOutcome, CommandV1, OpId, Operation, OperationResult, Proposal, Rejection};
+use crate::command::{
+    Command, CommandOutcome, CommandV1, OpId, Operation, OperationResult, Precondition, Proposal, Rejection, Selector,
+};
 use crate::engine::{Engine, Space, WriteBatch};
 use crate::entry::{SourceId, StoredEntry};
 use crate::error::{decode, encode, EngineError};
@@ -221,45 +223,196 @@ fn apply_operations<E: Engine>(
     position: Position,
     now_micros: u64,
 ) -> Result<Result<Vec<OperationResult>, Rejection>, EngineError> {
+    let mut results = Vec::with_capacity(operations.len());
+    for operation in operations {
+        match apply_operation(overlay, batch, operation, position, now_micros)? {
+            Ok(result) => results.push(result),
+            Err(rejection) => return Ok(Err(rejection)),
+        }
+    }
+    Ok(Ok(results))
+}
+
+/// The live entry at a key, if any.
+fn live<E: Engine>(
+    overlay: &mut Overlay<'_, E>,
+    entry_key: &[u8],
+    now_micros: u64,
+) -> Result<Option<StoredEntry>, EngineError> {
+    Ok(overlay.get(entry_key)?.filter(|entry| entry.is_live_at(now_micros)))
+}
+
+fn not_found(namespace: &str, key: &[u8]) -> Rejection {
+    Rejection::NotFound(format!(
+        "no live entry at key {} in namespace {namespace:?}",
+        crate::keys::display_key(key)
+    ))
+}
+
+fn apply_operation<E: Engine>(
+    overlay: &mut Overlay<'_, E>,
+    batch: &mut WriteBatch,
+    operation: &Operation,
+    position: Position,
+    now_micros: u64,
+) -> Result<Result<OperationResult, Rejection>, EngineError> {
     let source = SourceId {
         term: position.term,
         index: position.index,
     };
-    let mut results = Vec::with_capacity(operations.len());
-    for operation in operations {
-        let result = match operation {
-            Operation::Set {
-                namespace,
-                key,
-                value,
-                encoding,
-                expires_at_micros,
-            } => {
-                let entry = StoredEntry {
-                    value: value.clone(),
-                    encoding: encoding.clone(),
-                    version: position.index,
-                    expires_at_micros: *expires_at_micros,
-                    source,
+    let version = position.index;
+    let result = match operation {
+        Operation::Set {
+            namespace,
+            key,
+            value,
+            encoding,
+            expires_at_micros,
+            precondition,
+        } => {
+            let entry_key = keys::entry_key(namespace, key);
+            if let Some(precondition) = precondition {
+                let current = live(overlay, &entry_key, now_micros)?.map(|entry| entry.version);
+                let holds = match precondition {
+                    Precondition::Version(expected) => current == Some(*expected),
+                    Precondition::Absent => current.is_none(),
                 };
-                overlay.put(batch, keys::entry_key(namespace, key), entry)?;
-                OperationResult::Set {
-                    version: position.index,
+                if !holds {
+                    return Ok(Err(Rejection::VersionConflict {
+                        key: key.clone(),
+                        current,
+                    }));
                 }
             }
-            Operation::Delete { namespace, key } => {
-                let previous = overlay.remove(batch, keys::entry_key(namespace, key))?;
-                let removed_live_entry = previous.is_some_and(|entry| entry.is_live_at(now_micros));
-                OperationResult::Delete { removed_live_entry }
+            let entry = StoredEntry {
+                value: value.clone(),
+                encoding: encoding.clone(),
+                version,
+                expires_at_micros: *expires_at_micros,
+                source,
+            };
+            overlay.put(batch, entry_key, entry)?;
+            OperationResult::Set { version }
+        }
+        Operation::Delete { namespace, key } => {
+            let previous = overlay.remove(batch, keys::entry_key(namespace, key))?;
+            let removed_live_entry = previous.is_some_and(|entry| entry.is_live_at(now_micros));
+            OperationResult::Delete { removed_live_entry }
+        }
+        Operation::SweepExpired { entries_max } => {
+            let removed = sweep(overlay, batch, *entries_max, now_micros)?;
+            OperationResult::SweepExpired { removed }
+        }
+        Operation::Expire {
+            namespace,
+            key,
+            expires_at_micros,
+        } => {
+            let entry_key = keys::entry_key(namespace, key);
+            let Some(mut entry) = live(overlay, &entry_key, now_micros)? else {
+                return Ok(Err(not_found(namespace, key)));
+            };
+            entry.expires_at_micros = *expires_at_micros;
+            let unchanged = entry.version;
+            overlay.put(batch, entry_key, entry)?;
+            OperationResult::Expire { version: unchanged }
+        }
+        Operation::Patch { namespace, key, patch } => {
+            let entry_key = keys::entry_key(namespace, key);
+            let Some(entry) = live(overlay, &entry_key, now_micros)? else {
+                return Ok(Err(not_found(namespace, key)));
+            };
+            let value = match crate::merge_patch::apply(&entry.encoding, &entry.value, patch) {
+                Ok(value) => value,
+                Err(message) => return Ok(Err(Rejection::Invalid(message))),
+            };
+            let patched = StoredEntry {
+                value,
+                version,
+                source,
+                ..entry
+            };
+            overlay.put(batch, entry_key, patched)?;
+            OperationResult::Patch { version }
+        }
+        Operation::Copy {
+            namespace,
+            key,
+            to_namespace,
+            to_key,
+            remove_source,
+        } => {
+            let source_key = keys::entry_key(namespace, key);
+            let Some(entry) = live(overlay, &source_key, now_micros)? else {
+                return Ok(Err(not_found(namespace, key)));
+            };
+            let destination_key = keys::entry_key(to_namespace, to_key);
+            let copied = StoredEntry {
+                version,
+                source,
+                ..entry
+            };
+            overlay.put(batch, destination_key.clone(), copied)?;
+            if *remove_source && source_key != destination_key {
+                overlay.remove(batch, source_key)?;
             }
-            Operation::SweepExpired { entries_max } => {
-                let removed = sweep(overlay, batch, *entries_max, now_micros)?;
-                OperationResult::SweepExpired { removed }
-            }
-        };
-        results.push(result);
+            OperationResult::Copy { version }
+        }
+        Operation::DeleteRange {
+            namespace,
+            selector,
+            after,
+            entries_max,
+        } => delete_range(
+            overlay,
+            batch,
+            namespace,
+            selector,
+            after.as_deref(),
+            *entries_max,
+            now_micros,
+        )?,
+    };
+    Ok(Ok(result))
+}
+
+/// Removes the selected entries among the next `entries_max` of the range.
+fn delete_range<E: Engine>(
+    overlay: &mut Overlay<'_, E>,
+    batch: &mut WriteBatch,
+    namespace: &str,
+    selector: &Selector,
+    after: Option<&[u8]>,
+    entries_max: u32,
+    now_micros: u64,
+) -> Result<OperationResult, EngineError> {
+    let (mut start, end) = crate::command::stored_range(selector, namespace);
+    if let Some(after) = after {
+        let mut resume = keys::entry_key(namespace, after);
+        resume.push(0);
+        start = start.max(resume);
     }
-    Ok(Ok(results))
+    let examined = overlay
+        .engine
+        .scan(Space::Entries, &start, end.as_deref(), entries_max as usize)?;
+    let full_page = examined.len() == entries_max as usize;
+    let mut removed = 0;
+    let mut last_key = None;
+    for (stored_key, _) in examined {
+        let Some((_, key)) = keys::split_entry_key(&stored_key) else {
+            return Err(EngineError::corrupt("entry key", "no namespace prefix"));
+        };
+        if selector.matches(&key) {
+            if let Some(previous) = overlay.remove(batch, stored_key)? {
+                removed += u32::from(previous.is_live_at(now_micros));
+            }
+        }
+        last_key = Some(key);
+    }
+    Ok(OperationResult::DeleteRange {
+        removed,
+        resume_after: if full_page { last_key } else { None },
+    })
 }
 
 /// Removes entries whose expiry is at or before `now_micros`, oldest expiry

@@ -7,22 +7,12 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use lode_types::{Encoding, Operation, OperationResult, Precondition, Selector};
+
 /// A client-chosen operation id: a command carrying one is applied at most
 /// once while its dedup record is retained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct OpId(pub u128);
-
-/// How a value's bytes are to be read; stored with the entry and returned
-/// unchanged.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub enum Encoding {
-    #[default]
-    Bytes,
-    Json,
-    Msgpack,
-    /// An application codec, named by the application.
-    Custom(String),
-}
 
 /// What one Raft log entry carries: commands, usually from different
 /// clients, that the leader grouped so that one log append (one fsync)
@@ -68,38 +58,6 @@ pub struct CommandV1 {
     pub operations: Vec<Operation>,
 }
 
-/// One operation inside a command.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Operation {
-    Set {
-        namespace: String,
-        #[serde(with = "serde_bytes")]
-        key: Vec<u8>,
-        #[serde(with = "serde_bytes")]
-        value: Vec<u8>,
-        encoding: Encoding,
-        /// Absolute expiry in microseconds since the epoch.
-        expires_at_micros: Option<u64>,
-    },
-    Delete {
-        namespace: String,
-        #[serde(with = "serde_bytes")]
-        key: Vec<u8>,
-    },
-    /// Physically removes up to `entries_max` entries whose expiry is at or
-    /// before the command's time. Proposed by the leader so that every
-    /// replica removes the same entries at the same log position.
-    SweepExpired { entries_max: u32 },
-}
-
-/// The result of one operation, in the order the operations were given.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum OperationResult {
-    Set { version: u64 },
-    Delete { removed_live_entry: bool },
-    SweepExpired { removed: u32 },
-}
-
 /// Why a whole command was refused at apply time; nothing of it was applied.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum Rejection {
@@ -107,6 +65,16 @@ pub enum Rejection {
     /// proposing; apply checks again because the log is the boundary.
     #[error("invalid: {0}")]
     Invalid(String),
+    /// A precondition did not hold; `current` is the key's live version.
+    #[error("version conflict on {key:?}: current version is {current:?}")]
+    VersionConflict {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        current: Option<u64>,
+    },
+    /// The operation needs a live entry that is absent or expired.
+    #[error("not found: {0}")]
+    NotFound(String),
 }
 
 /// What applying one command produced.
@@ -133,19 +101,33 @@ impl Command {
     }
 
     /// The entry keys this command may write, or `None` when the set is not
-    /// known before apply (a sweep): such a command is proposed alone.
+    /// known before apply (a sweep, a range delete): such a command is
+    /// proposed alone.
     pub fn written_keys(&self) -> Option<Vec<Vec<u8>>> {
         let Command::V1(command) = self;
-        command
-            .operations
-            .iter()
-            .map(|operation| match operation {
-                Operation::Set { namespace, key, .. } | Operation::Delete { namespace, key } => {
-                    Some(crate::keys::entry_key(namespace, key))
+        let mut keys = Vec::new();
+        for operation in &command.operations {
+            match operation {
+                Operation::Set { namespace, key, .. }
+                | Operation::Delete { namespace, key }
+                | Operation::Expire { namespace, key, .. }
+                | Operation::Patch { namespace, key, .. } => keys.push(crate::keys::entry_key(namespace, key)),
+                Operation::Copy {
+                    namespace,
+                    key,
+                    to_namespace,
+                    to_key,
+                    remove_source,
+                } => {
+                    keys.push(crate::keys::entry_key(to_namespace, to_key));
+                    if *remove_source {
+                        keys.push(crate::keys::entry_key(namespace, key));
+                    }
                 }
-                Operation::SweepExpired { .. } => None,
-            })
-            .collect()
+                Operation::SweepExpired { .. } | Operation::DeleteRange { .. } => return None,
+            }
+        }
+        Some(keys)
     }
 
     /// Checks every limit of every operation; the message names the field.
@@ -157,85 +139,32 @@ impl Command {
     /// Bytes of namespaces, keys and values the command carries.
     pub fn size_bytes(&self) -> usize {
         let Command::V1(command) = self;
-        command.size_bytes()
+        lode_types::write_size_bytes(&command.operations)
     }
 }
 
 impl CommandV1 {
     /// Checks every limit of every operation; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
-        if self.operations.is_empty() {
-            return Err("operations must not be empty".to_owned());
-        }
-        if self.operations.len() > crate::limits::OPERATIONS_PER_WRITE_MAX {
-            return Err(format!(
-                "operations has {} items, over the limit operations_per_write_max = {}",
-                self.operations.len(),
-                crate::limits::OPERATIONS_PER_WRITE_MAX
-            ));
-        }
-        for operation in &self.operations {
-            operation.validate()?;
-        }
-        let size_bytes = self.size_bytes();
-        if size_bytes > crate::limits::WRITE_BYTES_MAX {
-            return Err(format!(
-                "the write holds {size_bytes} bytes of namespaces, keys and values, over the limit write_bytes_max = {}",
-                crate::limits::WRITE_BYTES_MAX
-            ));
-        }
-        Ok(())
-    }
-
-    /// Bytes of namespaces, keys and values the command carries.
-    pub fn size_bytes(&self) -> usize {
-        self.operations
-            .iter()
-            .map(|operation| match operation {
-                Operation::Set {
-                    namespace, key, value, ..
-                } => namespace.len() + key.len() + value.len(),
-                Operation::Delete { namespace, key } => namespace.len() + key.len(),
-                Operation::SweepExpired { .. } => 0,
-            })
-            .sum()
+        lode_types::validate_write(&self.operations)
     }
 }
 
-impl Operation {
-    /// Checks the limits of one operation; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        use crate::limits::{check_key, check_namespace, check_value, SWEEP_ENTRIES_MAX};
-        match self {
-            Operation::Set {
-                namespace,
-                key,
-                value,
-                encoding,
-                ..
-            } => {
-                check_namespace(namespace)?;
-                check_key(key)?;
-                check_value(value)?;
-                if let Encoding::Custom(name) = encoding {
-                    if name.is_empty() || name.len() > 64 {
-                        return Err("encoding name must be 1 to 64 bytes (encoding_name_bytes_max = 64)".to_owned());
-                    }
-                }
-                Ok(())
-            }
-            Operation::Delete { namespace, key } => {
-                check_namespace(namespace)?;
-                check_key(key)
-            }
-            Operation::SweepExpired { entries_max } => {
-                if *entries_max == 0 || *entries_max > SWEEP_ENTRIES_MAX {
-                    return Err(format!(
-                        "entries_max must be 1 to sweep_entries_max = {SWEEP_ENTRIES_MAX}"
-                    ));
-                }
-                Ok(())
-            }
+/// The stored-key range `[start, end)` a selector covers inside
+/// `namespace`; `KeyContains` covers the whole namespace and filters.
+pub fn stored_range(selector: &Selector, namespace: &str) -> (Vec<u8>, Option<Vec<u8>>) {
+    let prefix = crate::keys::namespace_prefix(namespace);
+    let namespace_end = crate::keys::prefix_end(&prefix);
+    match selector {
+        Selector::All | Selector::KeyContains(_) => (prefix, namespace_end),
+        Selector::Prefix(key_prefix) => {
+            let start = crate::keys::entry_key(namespace, key_prefix);
+            let end = crate::keys::prefix_end(&start).or(namespace_end);
+            (start, end)
         }
+        Selector::Range { start, end } => (
+            crate::keys::entry_key(namespace, start),
+            Some(crate::keys::entry_key(namespace, end)),
+        ),
     }
 }

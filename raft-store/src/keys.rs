@@ -74,6 +74,20 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// A key for messages: UTF-8 text when it is, hex otherwise, cut short.
+pub fn display_key(key: &[u8]) -> String {
+    const SHOWN_BYTES_MAX: usize = 64;
+    let shown = &key[..key.len().min(SHOWN_BYTES_MAX)];
+    let mut text = match std::str::from_utf8(shown) {
+        Ok(text) => format!("{text:?}"),
+        Err(_) => shown.iter().map(|byte| format!("{byte:02x}")).collect::<String>(),
+    };
+    if key.len() > SHOWN_BYTES_MAX {
+        text.push_str(&format!("… ({} bytes)", key.len()));
+    }
+    text
+}
+
 /// Names of the single-key records in the meta spaces.
 pub mod meta {
     pub const VOTE: &[u8] = b"vote";

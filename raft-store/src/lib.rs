@@ -11,8 +11,10 @@ pub mod engine;
 pub mod entry;
 pub mod error;
 pub mod keys;
-pub mod limits;
+/// Every request and storage limit, shared with the SDK.
+pub use lode_types::limits;
 pub mod log_store;
+pub mod merge_patch;
 pub mod reader;
 pub mod snapshot;
 pub mod state_machine;

@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::command::Selector;
 use crate::engine::{Engine, Space};
 use crate::entry::StoredEntry;
 use crate::error::{decode, EngineError};
 use crate::keys;
+use crate::limits::{NAMESPACES_EXAMINED_MAX, NAMESPACES_LISTED_MAX, SCAN_EXAMINED_ENTRIES_MAX, SCAN_PAGE_ENTRIES_MAX};
 
 /// A read handle on one replica's state. Clones share the engine.
 pub struct StateReader<E: Engine> {
@@ -26,6 +28,15 @@ impl<E: Engine> Clone for StateReader<E> {
             applied: self.applied.clone(),
         }
     }
+}
+
+/// One page of a scan.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ScanPage {
+    /// Keys (without the namespace) and their live entries, in key order.
+    pub entries: Vec<(Vec<u8>, StoredEntry)>,
+    /// The last key examined when the range may hold more.
+    pub resume_after: Option<Vec<u8>>,
 }
 
 /// The applied position did not reach the requested one in time.
@@ -67,6 +78,103 @@ impl<E: Engine> StateReader<E> {
         };
         let entry: StoredEntry = decode("entry", &bytes)?;
         Ok(entry.is_live_at(now_micros).then_some(entry))
+    }
+
+    /// The live entries at `keys` (in the order given), read from one
+    /// consistent view.
+    pub fn get_many(
+        &self,
+        namespace: &str,
+        keys: &[Vec<u8>],
+        now_micros: u64,
+    ) -> Result<Vec<Option<StoredEntry>>, EngineError> {
+        let stored_keys: Vec<Vec<u8>> = keys.iter().map(|key| keys::entry_key(namespace, key)).collect();
+        self.engine
+            .get_many(Space::Entries, &stored_keys)?
+            .into_iter()
+            .map(|bytes| match bytes {
+                Some(bytes) => {
+                    let entry: StoredEntry = decode("entry", &bytes)?;
+                    Ok(entry.is_live_at(now_micros).then_some(entry))
+                }
+                None => Ok(None),
+            })
+            .collect()
+    }
+
+    /// One page of live selected entries in key order, after the key
+    /// `after` when given. A page holds at most `limit` entries and examines
+    /// at most `scan_examined_entries_max` stored ones; `resume_after` is
+    /// where the next page starts, `None` once the range is done. Keys are
+    /// returned in strictly increasing order across pages, so a walk never
+    /// returns a key twice nor skips one that existed throughout.
+    pub fn scan(
+        &self,
+        namespace: &str,
+        selector: &Selector,
+        after: Option<&[u8]>,
+        limit: usize,
+        now_micros: u64,
+    ) -> Result<ScanPage, EngineError> {
+        let limit = limit.clamp(1, SCAN_PAGE_ENTRIES_MAX);
+        let (mut start, end) = crate::command::stored_range(selector, namespace);
+        if let Some(after) = after {
+            let mut resume = keys::entry_key(namespace, after);
+            resume.push(0);
+            start = start.max(resume);
+        }
+        let mut page = ScanPage::default();
+        let mut examined = 0;
+        loop {
+            let chunk = self.engine.scan(Space::Entries, &start, end.as_deref(), limit)?;
+            let exhausted = chunk.len() < limit;
+            for (stored_key, bytes) in chunk {
+                examined += 1;
+                let (_, key) = keys::split_entry_key(&stored_key)
+                    .ok_or_else(|| EngineError::corrupt("entry key", "no namespace prefix"))?;
+                let entry: StoredEntry = decode("entry", &bytes)?;
+                if selector.matches(&key) && entry.is_live_at(now_micros) {
+                    page.entries.push((key.clone(), entry));
+                }
+                start = stored_key;
+                start.push(0);
+                if page.entries.len() == limit || examined == SCAN_EXAMINED_ENTRIES_MAX {
+                    page.resume_after = Some(key);
+                    return Ok(page);
+                }
+            }
+            if exhausted {
+                return Ok(page);
+            }
+        }
+    }
+
+    /// Namespaces that start with `prefix` and hold at least one live entry,
+    /// in stored order (shorter names first), at most
+    /// `namespaces_listed_max`, looking at most at `namespaces_examined_max`.
+    pub fn namespaces(&self, prefix: &str, now_micros: u64) -> Result<Vec<String>, EngineError> {
+        let mut names = Vec::new();
+        let mut start: Vec<u8> = Vec::new();
+        let mut examined = 0;
+        while names.len() < NAMESPACES_LISTED_MAX && examined < NAMESPACES_EXAMINED_MAX {
+            examined += 1;
+            let Some((stored_key, _)) = self.engine.scan(Space::Entries, &start, None, 1)?.pop() else {
+                break;
+            };
+            let (namespace, _) = keys::split_entry_key(&stored_key)
+                .ok_or_else(|| EngineError::corrupt("entry key", "no namespace prefix"))?;
+            if namespace.starts_with(prefix) {
+                let live = self.scan(&namespace, &Selector::All, None, 1, now_micros)?;
+                if !live.entries.is_empty() {
+                    names.push(namespace.clone());
+                }
+            }
+            match keys::prefix_end(&keys::namespace_prefix(&namespace)) {
+                Some(next) => start = next,
+                None => break,
+            }
+        }
+        Ok(names)
     }
 
     /// Whether any entry is due for a sweep at `now_micros`.

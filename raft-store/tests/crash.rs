@@ -27,6 +27,7 @@ fn command(index: u64) -> Command {
             value: index.to_be_bytes().to_vec(),
             encoding: Encoding::Bytes,
             expires_at_micros: None,
+            precondition: None,
         }],
     })
 }

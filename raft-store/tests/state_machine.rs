@@ -20,6 +20,7 @@ fn set(key: &str, value: &str, expires_at_micros: Option<u64>) -> Operation {
         value: value.as_bytes().to_vec(),
         encoding: Encoding::Json,
         expires_at_micros,
+        precondition: None,
     }
 }
 
@@ -160,6 +161,7 @@ async fn an_invalid_command_applies_nothing() -> TestResult {
         value: Vec::new(),
         encoding: Encoding::Bytes,
         expires_at_micros: None,
+        precondition: None,
     };
     let outcome = apply_one(&mut state, entry(1, 1, Some(9), vec![set("ok", "1", None), oversized])).await?;
     match outcome.result {

@@ -102,6 +102,15 @@ impl Engine for MemoryEngine {
             .and_then(|map| map.get(key).cloned()))
     }
 
+    fn get_many(&self, space: Space, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, EngineError> {
+        let state = self.lock();
+        let map = state.current.get(space.name());
+        Ok(keys
+            .iter()
+            .map(|key| map.and_then(|map| map.get(key).cloned()))
+            .collect())
+    }
+
     fn scan(&self, space: Space, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Pairs, EngineError> {
         let state = self.lock();
         let Some(map) = state.current.get(space.name()) else {

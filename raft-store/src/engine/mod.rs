@@ -157,6 +157,9 @@ pub trait Engine: Send + Sync + 'static {
 
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
 
+    /// Point reads of several keys from one consistent view of the engine.
+    fn get_many(&self, space: Space, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, EngineError>;
+
     /// Pairs with `start <= key < end` (no end: to the end of the space), in
     /// key order, at most `limit` of them.
     fn scan(&self, space: Space, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Pairs, EngineError>;

@@ -154,6 +154,17 @@ impl Engine for RocksEngine {
         Ok(db.get_cf(family(db, space)?, key)?)
     }
 
+    fn get_many(&self, space: Space, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, EngineError> {
+        let guard = self.read()?;
+        let db = guard.as_ref().ok_or_else(Self::closed)?;
+        let family = family(db, space)?;
+        // One MultiGet reads every key at the same sequence number.
+        db.batched_multi_get_cf(family, keys, false)
+            .into_iter()
+            .map(|value| Ok(value?.map(|value| value.to_vec())))
+            .collect()
+    }
+
     fn scan(&self, space: Space, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Pairs, EngineError> {
         let guard = self.read()?;
         let db = guard.as_ref().ok_or_else(Self::closed)?;

@@ -11,12 +11,28 @@ pub const KEY_BYTES_MAX: usize = 2048;
 pub const VALUE_BYTES_MAX: usize = 65_536;
 /// Most operations in one atomic write (Deno KV's mutation limit).
 pub const OPERATIONS_PER_WRITE_MAX: usize = 1000;
+/// Longest application codec name, in bytes.
+pub const ENCODING_NAME_BYTES_MAX: usize = 64;
 /// Most bytes of namespaces, keys and values in one atomic write (Deno KV's
 /// total mutation size).
 pub const WRITE_BYTES_MAX: usize = 819_200;
 /// Most expired entries one sweep command removes, so a sweep stays a small
 /// log entry and a short apply.
 pub const SWEEP_ENTRIES_MAX: u32 = 1000;
+/// Most entries one range delete removes; the SDK repeats the delete
+/// until nothing selected is left.
+pub const DELETE_RANGE_ENTRIES_MAX: u32 = 10_000;
+/// Most entries one scan page returns.
+pub const SCAN_PAGE_ENTRIES_MAX: usize = 1000;
+/// Most stored entries one scan page examines (expired or filtered ones
+/// included) before it returns, possibly short, with a cursor.
+pub const SCAN_EXAMINED_ENTRIES_MAX: usize = 10_000;
+/// Most keys in one get_many.
+pub const GET_MANY_KEYS_MAX: usize = 1000;
+/// Most namespaces one listing returns.
+pub const NAMESPACES_LISTED_MAX: usize = 10_000;
+/// Most namespaces one listing looks at.
+pub const NAMESPACES_EXAMINED_MAX: usize = 100_000;
 /// How long a deduplicated response is kept, in log time.
 pub const DEDUP_RETENTION_MICROS: u64 = 10 * 60 * 1_000_000;
 /// Most dedup records one apply prunes, so pruning never makes one apply slow.
