@@ -210,6 +210,9 @@ pub struct ClusterStatus {
     pub snapshot_index: Option<u64>,
     /// The last log index the answering node purged from its log.
     pub purged_index: Option<u64>,
+    /// Entries on the answering node that have expired and wait for the
+    /// leader's sweep to remove them (counted up to 10,000).
+    pub expired_awaiting_sweep: u64,
 }
 
 /// Raft messages between nodes, as bincode bytes of openraft's types.

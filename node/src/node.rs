@@ -292,9 +292,9 @@ async fn sweep_expired(shared: Arc<Shared>) {
         if shared.raft.current_leader().await != Some(shared.id) {
             continue;
         }
-        match shared.reader.has_expired_entries(facade::now_micros()) {
-            Ok(false) => continue,
-            Ok(true) => {}
+        match shared.reader.expired_awaiting_sweep(facade::now_micros(), 1) {
+            Ok(0) => continue,
+            Ok(_) => {}
             Err(error) => {
                 tracing::error!(%error, "reading the expiry index failed");
                 continue;

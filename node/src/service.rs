@@ -26,6 +26,9 @@ use crate::convert;
 use crate::node::Shared;
 use lode_client::facade;
 
+/// Most expired entries a status counts.
+pub const EXPIRED_COUNTED_MAX: usize = 10_000;
+
 #[derive(Clone)]
 pub struct NodeService {
     pub shared: Arc<Shared>,
@@ -229,6 +232,14 @@ impl NodeService {
             last_log_index: metrics.last_log_index,
             snapshot_index: metrics.snapshot.map(|log_id| log_id.index),
             purged_index: metrics.purged.map(|log_id| log_id.index),
+            expired_awaiting_sweep: self
+                .shared
+                .reader
+                .expired_awaiting_sweep(facade::now_micros(), EXPIRED_COUNTED_MAX)
+                .unwrap_or_else(|error| {
+                    tracing::error!(%error, "reading the expiry index failed");
+                    0
+                }) as u64,
         }
     }
 

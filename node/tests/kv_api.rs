@@ -586,3 +586,35 @@ async fn namespaces_streams_and_capabilities() {
     assert!(matches!(missing, LodeError::Unsupported(_)), "{missing:?}");
     cluster.assert_no_errors();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_entries_are_swept_from_every_replica() {
+    let (cluster, client) = started().await;
+    let kv = client.kv("ephemeral");
+    for index in 0..50 {
+        kv.set(format!("session-{index}"))
+            .bytes("token")
+            .ttl(Duration::from_millis(200))
+            .send()
+            .await
+            .expect("set");
+    }
+    kv.set("kept").bytes("forever").send().await.expect("set");
+    // Expired entries vanish from reads at once, and from every replica's
+    // storage once the leader's sweep has applied everywhere.
+    for id in 1..=3 {
+        let member = cluster.client_of(id);
+        wait_until(&format!("member {id} to sweep"), || async {
+            let status = member.node_status().await.ok()?;
+            let visible = member
+                .kv("ephemeral")
+                .with_consistency(lode_client::Consistency::Eventual);
+            let page = visible.scan().fetch().await.ok()?;
+            let only_kept = page.entries.len() == 1 && page.entries[0].key == b"kept";
+            (status.expired_awaiting_sweep == 0 && only_kept).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(kv.get("kept").await.expect("get"), Some(b"forever".to_vec()));
+    cluster.assert_no_errors();
+}

@@ -177,9 +177,10 @@ impl<E: Engine> StateReader<E> {
         Ok(names)
     }
 
-    /// Whether any entry is due for a sweep at `now_micros`.
-    pub fn has_expired_entries(&self, now_micros: u64) -> Result<bool, EngineError> {
+    /// How many stored entries have expired by `now_micros` and wait for a
+    /// sweep to remove them, counting at most `count_max`.
+    pub fn expired_awaiting_sweep(&self, now_micros: u64, count_max: usize) -> Result<usize, EngineError> {
         let end = now_micros.saturating_add(1).to_be_bytes();
-        Ok(!self.engine.scan(Space::Expiry, &[], Some(&end), 1)?.is_empty())
+        Ok(self.engine.scan(Space::Expiry, &[], Some(&end), count_max)?.len())
     }
 }

@@ -138,8 +138,8 @@ async fn expired_entries_read_as_absent_before_the_sweep() -> TestResult {
     assert_eq!((stored.version, stored.source.term, stored.source.index), (1, 2, 1));
     assert_eq!(stored.encoding, Encoding::Json);
     assert_eq!(reader.get_entry("ns", b"k", 2_000)?, None, "expiry is inclusive");
-    assert!(reader.has_expired_entries(2_000)?);
-    assert!(!reader.has_expired_entries(1_999)?);
+    assert_eq!(reader.expired_awaiting_sweep(2_000, 10)?, 1);
+    assert_eq!(reader.expired_awaiting_sweep(1_999, 10)?, 0);
     // Deleting an expired entry reports that no live entry was removed.
     let outcome = apply_one(&mut state, entry(2, 2_500, None, vec![delete("k")])).await?;
     assert_eq!(

@@ -1,0 +1,429 @@
+//! The store against a `BTreeMap` model: random sequences of every KV
+//! operation from one client, with time moving forward so entries expire
+//! and sweeps remove them. After every step the outcome and the whole live
+//! state must match the model.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use lode_raft_store::command::{
+    Command, CommandV1, Encoding, OpId, Operation, OperationResult, Precondition, Proposal, Rejection, Selector,
+};
+use lode_raft_store::{MemoryEngine, StateMachineStore, StateReader, TypeConfig};
+use openraft::storage::RaftStateMachine;
+use openraft::testing::log_id;
+use openraft::{Entry, EntryPayload};
+use proptest::prelude::*;
+use serde_json::json;
+
+const NAMESPACES: [&str; 2] = ["a", "b"];
+const KEYS: [&str; 5] = ["k0", "k1", "k2", "x1", "x2"];
+
+#[derive(Clone, Debug)]
+enum Expected {
+    Current,
+    Stale(u64),
+    Absent,
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Set {
+        namespace: usize,
+        key: usize,
+        number: u8,
+        json: bool,
+        ttl: Option<u64>,
+        expected: Option<Expected>,
+    },
+    Delete {
+        namespace: usize,
+        key: usize,
+    },
+    Expire {
+        namespace: usize,
+        key: usize,
+        ttl: Option<u64>,
+    },
+    Patch {
+        namespace: usize,
+        key: usize,
+        number: u8,
+    },
+    Copy {
+        namespace: usize,
+        key: usize,
+        to_namespace: usize,
+        to_key: usize,
+        remove_source: bool,
+    },
+    DeletePrefix {
+        namespace: usize,
+        prefix: &'static str,
+    },
+    Advance {
+        micros: u64,
+    },
+    Sweep,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let namespace = 0..NAMESPACES.len();
+    let key = 0..KEYS.len();
+    let ttl = prop::option::of(1u64..50);
+    let expected = prop::option::of(prop_oneof![
+        Just(Expected::Current),
+        (1u64..40).prop_map(Expected::Stale),
+        Just(Expected::Absent),
+    ]);
+    prop_oneof![
+        4 => (namespace.clone(), key.clone(), any::<u8>(), any::<bool>(), ttl.clone(), expected).prop_map(
+            |(namespace, key, number, json, ttl, expected)| Step::Set { namespace, key, number, json, ttl, expected }
+        ),
+        1 => (namespace.clone(), key.clone()).prop_map(|(namespace, key)| Step::Delete { namespace, key }),
+        1 => (namespace.clone(), key.clone(), ttl).prop_map(|(namespace, key, ttl)| Step::Expire { namespace, key, ttl }),
+        1 => (namespace.clone(), key.clone(), any::<u8>())
+            .prop_map(|(namespace, key, number)| Step::Patch { namespace, key, number }),
+        1 => (namespace.clone(), key.clone(), namespace.clone(), key, any::<bool>()).prop_map(
+            |(namespace, key, to_namespace, to_key, remove_source)| Step::Copy {
+                namespace,
+                key,
+                to_namespace,
+                to_key,
+                remove_source
+            }
+        ),
+        1 => (namespace, prop_oneof![Just("k"), Just("x"), Just("k1")])
+            .prop_map(|(namespace, prefix)| Step::DeletePrefix { namespace, prefix }),
+        1 => (1u64..30).prop_map(|micros| Step::Advance { micros }),
+        1 => Just(Step::Sweep),
+    ]
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct ModelEntry {
+    value: Vec<u8>,
+    encoding: Encoding,
+    version: u64,
+    expires_at_micros: Option<u64>,
+}
+
+impl ModelEntry {
+    fn live_at(&self, now: u64) -> bool {
+        self.expires_at_micros.is_none_or(|at| at > now)
+    }
+}
+
+#[derive(Default)]
+struct Model {
+    entries: BTreeMap<(String, Vec<u8>), ModelEntry>,
+}
+
+impl Model {
+    fn live(&self, namespace: &str, key: &[u8], now: u64) -> Option<&ModelEntry> {
+        self.entries
+            .get(&(namespace.to_owned(), key.to_vec()))
+            .filter(|entry| entry.live_at(now))
+    }
+
+    /// Applies an operation to the model the way the seed describes it.
+    fn apply(&mut self, operation: &Operation, version: u64, now: u64) -> Result<OperationResult, Rejection> {
+        match operation {
+            Operation::Set {
+                namespace,
+                key,
+                value,
+                encoding,
+                expires_at_micros,
+                precondition,
+            } => {
+                let current = self.live(namespace, key, now).map(|entry| entry.version);
+                let holds = match precondition {
+                    None => true,
+                    Some(Precondition::Version(expected)) => current == Some(*expected),
+                    Some(Precondition::Absent) => current.is_none(),
+                };
+                if !holds {
+                    return Err(Rejection::VersionConflict {
+                        key: key.clone(),
+                        current,
+                    });
+                }
+                self.entries.insert(
+                    (namespace.clone(), key.clone()),
+                    ModelEntry {
+                        value: value.clone(),
+                        encoding: encoding.clone(),
+                        version,
+                        expires_at_micros: *expires_at_micros,
+                    },
+                );
+                Ok(OperationResult::Set { version })
+            }
+            Operation::Delete { namespace, key } => {
+                let removed = self.entries.remove(&(namespace.clone(), key.clone()));
+                Ok(OperationResult::Delete {
+                    removed_live_entry: removed.is_some_and(|entry| entry.live_at(now)),
+                })
+            }
+            Operation::Expire {
+                namespace,
+                key,
+                expires_at_micros,
+            } => {
+                let live = self
+                    .live(namespace, key, now)
+                    .cloned()
+                    .ok_or(Rejection::NotFound(String::new()))?;
+                let entry = ModelEntry {
+                    expires_at_micros: *expires_at_micros,
+                    ..live
+                };
+                let unchanged = entry.version;
+                self.entries.insert((namespace.clone(), key.clone()), entry);
+                Ok(OperationResult::Expire { version: unchanged })
+            }
+            Operation::Patch { namespace, key, patch } => {
+                let live = self
+                    .live(namespace, key, now)
+                    .cloned()
+                    .ok_or(Rejection::NotFound(String::new()))?;
+                if live.encoding != Encoding::Json {
+                    return Err(Rejection::Invalid(String::new()));
+                }
+                let mut target: serde_json::Value =
+                    serde_json::from_slice(&live.value).map_err(|_| Rejection::Invalid(String::new()))?;
+                let patch: serde_json::Value =
+                    serde_json::from_slice(patch).map_err(|_| Rejection::Invalid(String::new()))?;
+                lode_raft_store::merge_patch::merge(&mut target, &patch);
+                let value = serde_json::to_vec(&target).map_err(|_| Rejection::Invalid(String::new()))?;
+                self.entries
+                    .insert((namespace.clone(), key.clone()), ModelEntry { value, version, ..live });
+                Ok(OperationResult::Patch { version })
+            }
+            Operation::Copy {
+                namespace,
+                key,
+                to_namespace,
+                to_key,
+                remove_source,
+            } => {
+                let live = self
+                    .live(namespace, key, now)
+                    .cloned()
+                    .ok_or(Rejection::NotFound(String::new()))?;
+                let source = (namespace.clone(), key.clone());
+                let destination = (to_namespace.clone(), to_key.clone());
+                self.entries.insert(destination.clone(), ModelEntry { version, ..live });
+                if *remove_source && source != destination {
+                    self.entries.remove(&source);
+                }
+                Ok(OperationResult::Copy { version })
+            }
+            Operation::DeleteRange {
+                namespace, selector, ..
+            } => {
+                let Selector::Prefix(prefix) = selector else {
+                    unreachable!("the model only deletes by prefix");
+                };
+                let doomed: Vec<_> = self
+                    .entries
+                    .keys()
+                    .filter(|(entry_namespace, key)| entry_namespace == namespace && key.starts_with(prefix))
+                    .cloned()
+                    .collect();
+                let mut removed = 0;
+                for key in doomed {
+                    if self.entries.remove(&key).is_some_and(|entry| entry.live_at(now)) {
+                        removed += 1;
+                    }
+                }
+                Ok(OperationResult::DeleteRange {
+                    removed,
+                    resume_after: None,
+                })
+            }
+            Operation::SweepExpired { .. } => {
+                let before = self.entries.len();
+                self.entries.retain(|_, entry| entry.live_at(now));
+                Ok(OperationResult::SweepExpired {
+                    removed: (before - self.entries.len()) as u32,
+                })
+            }
+        }
+    }
+}
+
+fn operation(step: &Step, model: &Model, now: u64) -> Option<Operation> {
+    let namespace = |index: usize| NAMESPACES[index].to_owned();
+    let key = |index: usize| KEYS[index].as_bytes().to_vec();
+    Some(match step.clone() {
+        Step::Set {
+            namespace: n,
+            key: k,
+            number,
+            json,
+            ttl,
+            expected,
+        } => {
+            let precondition = expected.map(|expected| match expected {
+                Expected::Current => match model.live(&namespace(n), &key(k), now) {
+                    Some(entry) => Precondition::Version(entry.version),
+                    None => Precondition::Absent,
+                },
+                Expected::Stale(version) => Precondition::Version(version),
+                Expected::Absent => Precondition::Absent,
+            });
+            let (value, encoding) = if json {
+                (
+                    json!({ "n": number, "m": { "k": number } }).to_string().into_bytes(),
+                    Encoding::Json,
+                )
+            } else {
+                (vec![number], Encoding::Bytes)
+            };
+            Operation::Set {
+                namespace: namespace(n),
+                key: key(k),
+                value,
+                encoding,
+                expires_at_micros: ttl.map(|ttl| now + ttl),
+                precondition,
+            }
+        }
+        Step::Delete { namespace: n, key: k } => Operation::Delete {
+            namespace: namespace(n),
+            key: key(k),
+        },
+        Step::Expire {
+            namespace: n,
+            key: k,
+            ttl,
+        } => Operation::Expire {
+            namespace: namespace(n),
+            key: key(k),
+            expires_at_micros: ttl.map(|ttl| now + ttl),
+        },
+        Step::Patch {
+            namespace: n,
+            key: k,
+            number,
+        } => Operation::Patch {
+            namespace: namespace(n),
+            key: key(k),
+            patch: json!({ "p": number, "m": { "k": null } }).to_string().into_bytes(),
+        },
+        Step::Copy {
+            namespace: n,
+            key: k,
+            to_namespace,
+            to_key,
+            remove_source,
+        } => Operation::Copy {
+            namespace: namespace(n),
+            key: key(k),
+            to_namespace: namespace(to_namespace),
+            to_key: key(to_key),
+            remove_source,
+        },
+        Step::DeletePrefix { namespace: n, prefix } => Operation::DeleteRange {
+            namespace: namespace(n),
+            selector: Selector::Prefix(prefix.as_bytes().to_vec()),
+            after: None,
+            entries_max: 1000,
+        },
+        Step::Sweep => Operation::SweepExpired { entries_max: 1000 },
+        Step::Advance { .. } => return None,
+    })
+}
+
+/// Rejection messages are for people; the model compares their kinds.
+fn kind(result: &Result<Vec<OperationResult>, Rejection>) -> Result<Vec<OperationResult>, Rejection> {
+    match result {
+        Ok(results) => Ok(results.clone()),
+        Err(Rejection::Invalid(_)) => Err(Rejection::Invalid(String::new())),
+        Err(Rejection::NotFound(_)) => Err(Rejection::NotFound(String::new())),
+        Err(conflict) => Err(conflict.clone()),
+    }
+}
+
+fn live_state(reader: &StateReader<MemoryEngine>, now: u64) -> BTreeMap<(String, Vec<u8>), ModelEntry> {
+    let mut state = BTreeMap::new();
+    for namespace in NAMESPACES {
+        let page = reader.scan(namespace, &Selector::All, None, 1000, now).expect("scan");
+        assert!(page.resume_after.is_none(), "a small state fits one page");
+        for (key, entry) in page.entries {
+            state.insert(
+                (namespace.to_owned(), key),
+                ModelEntry {
+                    value: entry.value,
+                    encoding: entry.encoding,
+                    version: entry.version,
+                    expires_at_micros: entry.expires_at_micros,
+                },
+            );
+        }
+    }
+    state
+}
+
+fn run(steps: Vec<Step>) {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    runtime.block_on(async {
+        let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new())).expect("open");
+        let reader = state.reader();
+        let mut model = Model::default();
+        let mut now = 1_000;
+        let mut index = 0;
+        for (position, step) in steps.iter().enumerate() {
+            if let Step::Advance { micros } = step {
+                now += micros;
+                continue;
+            }
+            let Some(operation) = operation(step, &model, now) else {
+                continue;
+            };
+            index += 1;
+            let command = Command::V1(CommandV1 {
+                op_id: Some(OpId(position as u128)),
+                time_micros: now,
+                operations: vec![operation.clone()],
+            });
+            let entry = Entry::<TypeConfig> {
+                log_id: log_id(1, 1, index),
+                payload: EntryPayload::Normal(Proposal::single(command)),
+            };
+            let mut outcomes = state.apply([entry]).await.expect("apply");
+            let outcome = outcomes.remove(0).outcomes.remove(0);
+            let expected = model.apply(&operation, index, now).map(|result| vec![result]);
+            assert_eq!(kind(&outcome.result), expected, "step {position}: {step:?}");
+            let model_live: BTreeMap<_, _> = model
+                .entries
+                .iter()
+                .filter(|(_, entry)| entry.live_at(now))
+                .map(|(key, entry)| (key.clone(), entry.clone()))
+                .collect();
+            assert_eq!(
+                live_state(&reader, now),
+                model_live,
+                "state after step {position}: {step:?}"
+            );
+            for namespace in NAMESPACES {
+                for key in KEYS {
+                    let stored = reader.get_entry(namespace, key.as_bytes(), now).expect("get");
+                    let modelled = model.live(namespace, key.as_bytes(), now);
+                    assert_eq!(stored.map(|entry| entry.version), modelled.map(|entry| entry.version));
+                }
+            }
+        }
+    });
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_store_matches_a_btreemap_model(steps in prop::collection::vec(step(), 1..60)) {
+        run(steps);
+    }
+}
