@@ -27,7 +27,7 @@ pub struct BenchArguments {
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
     /// How long to run, e.g. `20s`, `500ms`, `2m`.
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, default_value = "20s", value_parser = crate::cli::parse_duration)]
     pub duration: Duration,
     #[arg(long, value_enum, default_value = "put")]
     pub workload: Workload,
@@ -45,22 +45,6 @@ pub struct BenchArguments {
 
 /// Most concurrent clients a bench may start.
 pub const BENCH_CLIENTS_MAX: usize = 4096;
-
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text
-        .find(|character: char| !character.is_ascii_digit())
-        .map_or((text, "s"), |at| text.split_at(at));
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("duration {text:?} does not start with a number"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(number)),
-        "s" => Ok(Duration::from_secs(number)),
-        "m" => Ok(Duration::from_secs(number * 60)),
-        _ => Err(format!("duration {text:?} has unit {unit:?}; use ms, s or m")),
-    }
-}
 
 pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     if arguments.clients == 0 || arguments.clients > BENCH_CLIENTS_MAX {

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use lode_client::{Client, LodeError};
@@ -121,6 +122,25 @@ pub fn init_logging(arguments: &Arguments) {
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// Parses `500ms`, `20s`, `5m`, `1h`, `7d` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|character: char| !character.is_ascii_digit())
+        .map_or((text, "s"), |at| text.split_at(at));
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("duration {text:?} does not start with a number"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(number)),
+        "s" => Ok(Duration::from_secs(number)),
+        "m" => Ok(Duration::from_secs(number.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(number.saturating_mul(3600))),
+        "d" => Ok(Duration::from_secs(number.saturating_mul(86_400))),
+        _ => Err(format!("duration {text:?} has unit {unit:?}; use ms, s, m, h or d")),
+    }
 }
 
 /// Parses `1=host:port,2=host:port`.
@@ -272,5 +292,27 @@ pub async fn run(arguments: Arguments) -> ExitCode {
             eprintln!("lode: {message}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_peer_lists_parse_or_say_why_not() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("20"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(604_800)));
+        assert!(parse_duration("5y").expect_err("unit").contains("use ms, s, m, h or d"));
+        assert!(parse_duration("s").is_err());
+        let peers = parse_peers("1=a:1, 2=b:2").expect("peers");
+        assert_eq!(peers.get(&2).map(String::as_str), Some("b:2"));
+        assert!(parse_peers("1=a:1,1=b:2").expect_err("twice").contains("twice"));
+        assert!(parse_peers("x=a:1").expect_err("id").contains("not a number"));
+        assert!(parse_peers("").expect_err("empty").contains("no member"));
     }
 }

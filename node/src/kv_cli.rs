@@ -14,8 +14,7 @@ use lode_client::kv::SetBuilder;
 use lode_client::{Bounds, Consistency, Encoding, Entry, Kv, LodeError};
 use serde_json::{json, Value};
 
-use crate::bench::parse_duration;
-use crate::cli::{print_json, Endpoints};
+use crate::cli::{parse_duration, print_json, Endpoints};
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub enum ConsistencyArgument {
@@ -42,7 +41,7 @@ pub struct EncodingArguments {
 #[derive(Args, Debug, Clone, Copy)]
 #[group(multiple = false)]
 pub struct ExpiryArguments {
-    /// Expire this long from now, e.g. `30s`, `500ms`, `5m`.
+    /// Expire this long from now, e.g. `500ms`, `30s`, `5m`, `1h`, `7d`.
     #[arg(long, value_parser = parse_duration)]
     ttl: Option<Duration>,
     /// Expire at this time, in microseconds since the epoch.

@@ -263,3 +263,120 @@ async fn sigterm_shuts_a_member_down_gracefully() {
     cluster.wait_applied(follower, version).await;
     cluster.assert_no_errors_except(&["Unreachable node", "NetworkError"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_covers_every_kv_operation() {
+    let cluster = TestCluster::start(3, 10_000);
+    cluster.wait_for_leader().await;
+    let endpoints = cluster.endpoints().join(",");
+    let run = |arguments: &[&str]| {
+        let output = lode(arguments, &endpoints);
+        assert!(output.status.success(), "lode {arguments:?} failed: {output:?}");
+        stdout(&output)
+    };
+
+    // set with encodings and expiry; cas with both preconditions.
+    let version: u64 = run(&["kv", "set", "app", "doc", r#"{"a":1,"b":{"c":2}}"#, "--json"])
+        .parse()
+        .expect("version");
+    run(&[
+        "kv",
+        "set",
+        "app",
+        "packed",
+        r#"{"x":[1,2]}"#,
+        "--msgpack",
+        "--ttl",
+        "1h",
+    ]);
+    assert_eq!(
+        run(&["kv", "get", "app", "packed"]),
+        r#"{"x":[1,2]}"#,
+        "msgpack prints as JSON"
+    );
+    let entry: serde_json::Value = serde_json::from_str(&run(&["kv", "entry", "app", "packed"])).expect("json");
+    assert_eq!(entry["encoding"], "msgpack");
+    assert!(entry["expires_at_micros"].is_u64());
+    let swapped: u64 = run(&[
+        "kv",
+        "cas",
+        "app",
+        "doc",
+        r#"{"a":2}"#,
+        "--json",
+        "--expect-version",
+        &version.to_string(),
+    ])
+    .parse()
+    .expect("version");
+    let conflict = lode(
+        &[
+            "kv",
+            "cas",
+            "app",
+            "doc",
+            "{}",
+            "--expect-version",
+            &version.to_string(),
+        ],
+        &endpoints,
+    );
+    assert_eq!(conflict.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&conflict.stderr).contains(&format!("current version is Some({swapped})")));
+    run(&["kv", "cas", "app", "fresh", "new", "--expect-absent"]);
+    let no_precondition = lode(&["kv", "cas", "app", "fresh", "x"], &endpoints);
+    assert_eq!(no_precondition.status.code(), Some(2), "cas needs a precondition");
+    let not_json = lode(&["kv", "set", "app", "bad", "{nope", "--json"], &endpoints);
+    assert!(String::from_utf8_lossy(&not_json.stderr).contains("VALUE is not JSON"));
+
+    // exists, expire, patch.
+    let exists: serde_json::Value =
+        serde_json::from_str(&run(&["kv", "exists", "app", "doc", "--json"])).expect("json");
+    assert_eq!(exists["version"], swapped);
+    assert_eq!(exists["size_bytes"], 7);
+    run(&["kv", "expire", "app", "doc", "--ttl", "10m"]);
+    assert!(run(&["kv", "exists", "app", "doc"]).contains("expires_at_micros="));
+    run(&["kv", "expire", "app", "doc", "--clear"]);
+    assert!(run(&["kv", "exists", "app", "doc"]).contains("expires_at_micros=none"));
+    let patched: u64 = run(&["kv", "patch", "app", "doc", r#"{"b":{"c":3}}"#])
+        .parse()
+        .expect("version");
+    assert!(patched > swapped);
+    assert_eq!(run(&["kv", "get", "app", "doc"]), r#"{"a":2,"b":{"c":3}}"#);
+    let missing = lode(&["kv", "exists", "app", "nothing"], &endpoints);
+    assert_eq!(missing.status.code(), Some(1));
+
+    // copy, move, get-many.
+    run(&["kv", "copy", "app", "doc", "doc-copy"]);
+    run(&["kv", "move", "app", "doc-copy", "doc", "--into", "archive"]);
+    let many: serde_json::Value =
+        serde_json::from_str(&run(&["kv", "get-many", "app", "doc", "doc-copy", "fresh", "--json"])).expect("json");
+    assert_eq!(many, serde_json::json!([r#"{"a":2,"b":{"c":3}}"#, null, "new"]));
+    assert_eq!(run(&["kv", "get", "archive", "doc"]), r#"{"a":2,"b":{"c":3}}"#);
+
+    // scan with pages, delete-many with bounds, namespaces.
+    for key in ["log-1", "log-2", "log-3", "tmp-1"] {
+        run(&["kv", "set", "logs", key, "line"]);
+    }
+    let page: serde_json::Value = serde_json::from_str(&run(&[
+        "kv", "scan", "logs", "--prefix", "log-", "--limit", "2", "--json",
+    ]))
+    .expect("json");
+    assert_eq!(page["entries"].as_array().map(Vec::len), Some(2));
+    let cursor = page["cursor"].as_str().expect("a cursor").to_owned();
+    let rest = run(&[
+        "kv", "scan", "logs", "--prefix", "log-", "--limit", "2", "--cursor", &cursor,
+    ]);
+    assert!(rest.starts_with("log-3\tline"), "{rest}");
+    let walked = run(&["kv", "scan", "logs", "--all", "--limit", "1"]);
+    assert_eq!(walked.lines().count(), 4, "{walked}");
+    assert_eq!(
+        run(&["kv", "delete-many", "logs", "--start", "log-2", "--end", "log-3"]),
+        "1"
+    );
+    assert_eq!(run(&["kv", "delete-many", "logs", "--contains", "tmp"]), "1");
+    assert_eq!(run(&["kv", "delete-many", "logs"]), "2");
+    let names: Vec<String> = serde_json::from_str(&run(&["kv", "namespaces", "--json"])).expect("json");
+    assert_eq!(names, vec!["app".to_owned(), "archive".to_owned()]);
+    cluster.assert_no_errors();
+}
