@@ -8,6 +8,7 @@ pub mod bench;
 pub mod cli;
 pub mod convert;
 pub mod dev;
+pub mod embedded;
 pub mod kv_cli;
 pub mod network;
 pub mod node;
@@ -15,4 +16,5 @@ pub mod proposer;
 pub mod reads;
 pub mod service;
 
+pub use embedded::Lode;
 pub use node::{Node, NodeConfig};

@@ -1,0 +1,66 @@
+//! Embedded mode: a single-member cluster inside the application's process,
+//! with RocksDB on disk and the same SDK as a remote cluster, for
+//! applications and tests that want no separate server.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lode_client::{Client, ClientOptions};
+use tokio::net::TcpListener;
+
+use crate::node::{Membership, Node, NodeConfig};
+
+/// How long opening waits for the member to lead its cluster.
+pub const EMBEDDED_START_WAIT: Duration = Duration::from_secs(30);
+
+/// An open embedded store. It dereferences to a [`Client`], so every SDK
+/// call works on it unchanged.
+pub struct Lode {
+    node: Node,
+    client: Client,
+}
+
+impl std::ops::Deref for Lode {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl Lode {
+    /// Opens (or creates) the store under `directory`. The member serves on
+    /// a loopback port of its own choosing, reachable only from this host.
+    pub async fn open_embedded(directory: impl Into<PathBuf>) -> Result<Lode, anyhow::Error> {
+        Self::open_embedded_with(directory, ClientOptions::default()).await
+    }
+
+    /// Opens the store with explicit SDK options (timeouts, default stream).
+    pub async fn open_embedded_with(
+        directory: impl Into<PathBuf>,
+        options: ClientOptions,
+    ) -> Result<Lode, anyhow::Error> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?.to_string();
+        let members = BTreeMap::from([(1, address.clone())]);
+        let config = NodeConfig::new(1, address.clone(), directory, Membership::Bootstrap(members));
+        let node = Node::start(config, listener).await?;
+        node.raft()
+            .wait(Some(EMBEDDED_START_WAIT))
+            .current_leader(1, "the embedded member leads")
+            .await?;
+        let client = Client::with_options([address], options)?;
+        Ok(Lode { node, client })
+    }
+
+    /// The SDK client of this store.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Finishes in-flight requests and closes the store.
+    pub async fn close(self) {
+        self.node.shutdown().await;
+    }
+}
