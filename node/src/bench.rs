@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
+use lode_client::Bounds;
 
 use crate::cli::Endpoints;
 
@@ -17,7 +18,19 @@ pub enum Workload {
     Put,
     /// Linearizable reads of random keys (written first).
     Get,
+    /// Read-modify-write: read a key's version, then write it with
+    /// `expect_version` and commit. A version conflict is counted apart.
+    Cas,
+    /// One linearizable scan page of 100 entries from a random key.
+    Scan,
+    /// One linearizable get_many of 10 random keys.
+    GetMany,
 }
+
+/// Entries per page in the scan workload.
+pub const BENCH_SCAN_PAGE_ENTRIES: u32 = 100;
+/// Keys per call in the get-many workload.
+pub const BENCH_GET_MANY_KEYS: u64 = 10;
 
 #[derive(Args, Debug)]
 pub struct BenchArguments {
@@ -55,18 +68,25 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     }
     let value = vec![b'v'; arguments.value_bytes];
     let arguments = Arc::new(arguments);
-    if arguments.workload == Workload::Get {
+    if arguments.workload != Workload::Put {
         prefill(&arguments, &value).await?;
     }
     let issued = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
+    let conflicts = Arc::new(AtomicU64::new(0));
     let started = tokio::time::Instant::now();
     let deadline = started + arguments.duration;
     let mut workers = Vec::new();
     for worker in 0..arguments.clients {
         let client = arguments.endpoints.client()?;
         let kv = client.kv(arguments.namespace.clone());
-        let (arguments, issued, errors, value) = (arguments.clone(), issued.clone(), errors.clone(), value.clone());
+        let (arguments, issued, errors, conflicts, value) = (
+            arguments.clone(),
+            issued.clone(),
+            errors.clone(),
+            conflicts.clone(),
+            value.clone(),
+        );
         workers.push(tokio::spawn(async move {
             let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds are valid");
             let mut sequence = worker as u64;
@@ -81,6 +101,27 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
                 let result = match arguments.workload {
                     Workload::Put => kv.set(&key).bytes(&value).send().await.map(|_| ()),
                     Workload::Get => kv.get(&key).await.map(|_| ()),
+                    Workload::Cas => compare_and_swap(&kv, &key, &value).await,
+                    Workload::Scan => kv
+                        .scan()
+                        .range(&key, "key-~")
+                        .limit(BENCH_SCAN_PAGE_ENTRIES)
+                        .fetch()
+                        .await
+                        .map(|_| ()),
+                    Workload::GetMany => {
+                        let keys: Vec<String> = (0..BENCH_GET_MANY_KEYS)
+                            .map(|offset| format!("key-{}", (sequence + offset * 7919) % arguments.keys))
+                            .collect();
+                        kv.get_many(&keys).await.map(|_| ())
+                    }
+                };
+                let result = match result {
+                    Err(error) if error.is_version_conflict() => {
+                        conflicts.fetch_add(1, Ordering::Relaxed);
+                        Ok(())
+                    }
+                    other => other,
                 };
                 let micros = began.elapsed().as_micros() as u64;
                 match result {
@@ -108,9 +149,10 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
         arguments.workload, arguments.clients, arguments.value_bytes, arguments.keys, elapsed
     );
     println!(
-        "ops={done} ops/s={:.0} errors={}",
+        "ops={done} ops/s={:.0} errors={} version_conflicts={}",
         done as f64 / elapsed,
-        errors.load(Ordering::Relaxed)
+        errors.load(Ordering::Relaxed),
+        conflicts.load(Ordering::Relaxed)
     );
     let millis = |quantile: f64| total.value_at_quantile(quantile) as f64 / 1000.0;
     println!(
@@ -121,6 +163,16 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
         total.max() as f64 / 1000.0
     );
     Ok(())
+}
+
+/// One read-modify-write cycle: read the version, write with it.
+async fn compare_and_swap(kv: &lode_client::Kv, key: &str, value: &[u8]) -> Result<(), lode_client::LodeError> {
+    let set = kv.set(key).bytes(value);
+    let set = match kv.exists(key).await? {
+        Some(meta) => set.expect_version(meta.version),
+        None => set.expect_absent(),
+    };
+    set.commit().await.map(|_| ())
 }
 
 /// Writes every key once so reads find values.

@@ -380,3 +380,39 @@ async fn the_cli_covers_every_kv_operation() {
     assert_eq!(names, vec!["app".to_owned(), "archive".to_owned()]);
     cluster.assert_no_errors();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_is_bounded_and_reports_every_workload() {
+    let cluster = TestCluster::start(3, 10_000);
+    cluster.wait_for_leader().await;
+    let endpoints = cluster.endpoints().join(",");
+    for workload in ["put", "get", "cas", "scan", "get-many"] {
+        let output = lode(
+            &[
+                "bench",
+                "--clients",
+                "4",
+                "--duration",
+                "300ms",
+                "--requests-max",
+                "200",
+                "--keys",
+                "150",
+                "--workload",
+                workload,
+            ],
+            &endpoints,
+        );
+        assert!(output.status.success(), "{workload}: {output:?}");
+        let report = stdout(&output);
+        assert!(report.contains("errors=0"), "{workload}: {report}");
+        let ops: u64 = report
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix("ops="))
+            .and_then(|ops| ops.parse().ok())
+            .expect("ops=");
+        assert!(ops > 0 && ops <= 200, "{workload}: {ops} ops for a bound of 200");
+        assert!(report.contains("p999="), "{workload}: {report}");
+    }
+    cluster.assert_no_errors();
+}
