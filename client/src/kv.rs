@@ -12,8 +12,8 @@ use serde::Serialize;
 use crate::codec::{Codec, JsonCodec, MsgpackCodec};
 use crate::error::LodeError;
 use crate::protocol::{
-    Capability, Consistency, Encoding, Entry, EntryMeta, Operation, OperationResult, Precondition, Query, QueryResult,
-    ReadRequest, Selector, WriteRequest,
+    Capability, Consistency, Encoding, Entry, EntryMeta, Fence, LeaseInfo, Operation, OperationResult, Precondition,
+    Query, QueryResult, ReadRequest, Selector, WriteRequest,
 };
 use crate::sdk::{new_op_id, Client};
 
@@ -51,6 +51,24 @@ pub(crate) fn validate_operations(operations: &[Operation]) -> Result<(), LodeEr
 /// than trusted.
 fn unexpected<T: std::fmt::Debug>(what: &str, result: &T) -> LodeError {
     LodeError::Unavailable(format!("the server answered {what} with {result:?}"))
+}
+
+/// A granted or renewed lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The fencing token: the log index of the grant. Renewal keeps it.
+    pub token: u64,
+    /// The TTL granted, at most the one asked for.
+    pub ttl: Duration,
+    /// The commit position of the grant or renewal: read with
+    /// `get_entry_at_least(key, position)` before a protected update.
+    pub position: u64,
+    /// When the lease expires, in the cluster's log time.
+    pub expires_at_micros: u64,
+}
+
+fn duration_micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn now_plus(duration: Duration) -> u64 {
@@ -142,6 +160,139 @@ impl Kv {
             encoding: Encoding::Bytes,
             expires_at_micros: None,
             precondition: None,
+            fence: None,
+        }
+    }
+
+    /// A write of `key` that applies only while the lease `fence_key` of
+    /// coordination namespace `fence_namespace` is held with `token`; it
+    /// needs a precondition and `.commit()`, and fails with `lease_lost`
+    /// once the lease expired, was released or was granted again.
+    pub fn cas_fenced(
+        &self,
+        key: impl AsRef<[u8]>,
+        fence_namespace: impl AsRef<str>,
+        fence_key: impl AsRef<[u8]>,
+        token: u64,
+    ) -> SetBuilder {
+        let mut builder = self.set(key);
+        builder.fence = Some(Fence {
+            namespace: self.client.resource_namespace(fence_namespace.as_ref()),
+            key: fence_key.as_ref().to_vec(),
+            token,
+        });
+        builder
+    }
+
+    /// Acquires the lease `key` of this namespace for `holder`. A live lease
+    /// (also the holder's own) is a version conflict carrying its token;
+    /// renew it instead. The grant's TTL is at most `ttl`.
+    ///
+    /// Acquisitions run one at a time per client. When the outcome stays
+    /// unknown, the call waits out `ttl` (so any grant made has expired)
+    /// before it returns `ambiguous_mutation`; the next acquisition waits
+    /// too, even if this call was dropped.
+    pub async fn lease(
+        &self,
+        key: impl AsRef<[u8]>,
+        holder: impl Into<String>,
+        ttl: Duration,
+    ) -> Result<Lease, LodeError> {
+        self.client.require(Capability::FencedLeases).await?;
+        let operation = Operation::AcquireLease {
+            namespace: self.resource_namespace.clone(),
+            key: key.as_ref().to_vec(),
+            holder: holder.into(),
+            ttl_micros: duration_micros(ttl),
+        };
+        let request = WriteRequest {
+            op_id: new_op_id(),
+            operations: vec![operation],
+        };
+        validate_operations(&request.operations)?;
+        let response = self.client.acquire_gated(request, ttl).await?;
+        match response.results.first() {
+            Some(OperationResult::AcquireLease {
+                token,
+                ttl_micros,
+                expires_at_micros,
+            }) => Ok(Lease {
+                token: *token,
+                ttl: Duration::from_micros(*ttl_micros),
+                position: response.position,
+                expires_at_micros: *expires_at_micros,
+            }),
+            other => Err(unexpected("lease", &other)),
+        }
+    }
+
+    /// Extends a held lease to `ttl` from now, keeping its token; fails
+    /// with `lease_lost` when it is no longer held with `token`.
+    pub async fn renew_lease(
+        &self,
+        key: impl AsRef<[u8]>,
+        holder: impl Into<String>,
+        token: u64,
+        ttl: Duration,
+    ) -> Result<Lease, LodeError> {
+        self.client.require(Capability::FencedLeases).await?;
+        let operation = Operation::RenewLease {
+            namespace: self.resource_namespace.clone(),
+            key: key.as_ref().to_vec(),
+            holder: holder.into(),
+            token,
+            ttl_micros: duration_micros(ttl),
+        };
+        let request = WriteRequest {
+            op_id: new_op_id(),
+            operations: vec![operation],
+        };
+        let response = self.client.write(request).await?;
+        match response.results.first() {
+            Some(OperationResult::RenewLease {
+                token,
+                ttl_micros,
+                expires_at_micros,
+            }) => Ok(Lease {
+                token: *token,
+                ttl: Duration::from_micros(*ttl_micros),
+                position: response.position,
+                expires_at_micros: *expires_at_micros,
+            }),
+            other => Err(unexpected("renew_lease", &other)),
+        }
+    }
+
+    /// Revokes a held lease at once; true when one was released, false when
+    /// it was not held by `holder` with `token`.
+    pub async fn release(
+        &self,
+        key: impl AsRef<[u8]>,
+        holder: impl Into<String>,
+        token: u64,
+    ) -> Result<bool, LodeError> {
+        self.client.require(Capability::FencedLeases).await?;
+        let operation = Operation::ReleaseLease {
+            namespace: self.resource_namespace.clone(),
+            key: key.as_ref().to_vec(),
+            holder: holder.into(),
+            token,
+        };
+        match self.write_one(operation).await? {
+            OperationResult::ReleaseLease { released } => Ok(released),
+            other => Err(unexpected("release", &other)),
+        }
+    }
+
+    /// The live lease `key` of this namespace: holder, token and expiry.
+    pub async fn lease_info(&self, key: impl AsRef<[u8]>) -> Result<Option<LeaseInfo>, LodeError> {
+        let query = Query::Lease {
+            namespace: self.resource_namespace.clone(),
+            key: key.as_ref().to_vec(),
+        };
+        match self.query(query, self.consistency).await? {
+            (QueryResult::Lease(lease), _) => Ok(lease),
+            (other, _) => Err(unexpected("lease_info", &other)),
         }
     }
 
@@ -315,6 +466,7 @@ pub struct SetBuilder {
     encoding: Encoding,
     expires_at_micros: Option<u64>,
     precondition: Option<Precondition>,
+    fence: Option<Fence>,
 }
 
 impl SetBuilder {
@@ -375,6 +527,7 @@ impl SetBuilder {
             encoding: self.encoding,
             expires_at_micros: self.expires_at_micros,
             precondition: self.precondition,
+            fence: self.fence,
         };
         (self.kv, operation)
     }
@@ -382,6 +535,11 @@ impl SetBuilder {
     /// Writes unconditionally and returns the new version. Refused when a
     /// precondition is set, so that a precondition is never dropped.
     pub async fn send(self) -> Result<u64, LodeError> {
+        if self.fence.is_some() {
+            return Err(LodeError::Invalid(
+                "a fenced write needs expect_version or expect_absent and .commit()".to_owned(),
+            ));
+        }
         if self.precondition.is_some() {
             return Err(LodeError::Invalid(
                 "a precondition (expect_version or expect_absent) is set: call .commit() to apply it; .send() writes unconditionally".to_owned(),
@@ -403,6 +561,9 @@ impl SetBuilder {
             ));
         }
         self.kv.client.require(Capability::Cas).await?;
+        if self.fence.is_some() {
+            self.kv.client.require(Capability::FencedLeases).await?;
+        }
         let (kv, operation) = self.operation();
         match kv.write_one(operation).await? {
             OperationResult::Set { version } => Ok(version),

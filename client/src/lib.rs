@@ -16,6 +16,6 @@ pub mod sdk;
 
 pub use codec::{Codec, JsonCodec, MsgpackCodec};
 pub use error::{LodeError, MutationRecovery};
-pub use kv::{Bounds, Kv, ScanPage};
+pub use kv::{Bounds, Kv, Lease, ScanPage};
 pub use protocol::{Capability, Consistency, Encoding, Entry, EntryMeta, Operation, OperationResult};
 pub use sdk::{Client, ClientOptions};

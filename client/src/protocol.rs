@@ -6,7 +6,7 @@ pub use serde_bytes::ByteBuf;
 
 use crate::error::LodeError;
 
-pub use lode_types::{Encoding, Operation, OperationResult, Precondition, Selector};
+pub use lode_types::{Encoding, Fence, Operation, OperationResult, Precondition, Selector};
 
 /// An atomic batch of operations with the op id that makes retries safe.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +64,12 @@ pub enum Query {
     },
     /// Namespaces holding live entries whose names start with `prefix`.
     Namespaces { prefix: String },
+    /// The live lease at a key of a coordination namespace.
+    Lease {
+        namespace: String,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
 }
 
 /// The answer to a [`Query`], variant for variant.
@@ -79,6 +85,15 @@ pub enum QueryResult {
         resume_after: Option<Vec<u8>>,
     },
     Namespaces(Vec<String>),
+    Lease(Option<LeaseInfo>),
+}
+
+/// A live lease: who holds it, its fencing token and its expiry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    pub holder: String,
+    pub token: u64,
+    pub expires_at_micros: u64,
 }
 
 /// What `exists` reports of a live entry.
@@ -97,7 +112,7 @@ impl Query {
             check_key, check_namespace, GET_MANY_KEYS_MAX, NAMESPACE_BYTES_MAX, SCAN_PAGE_ENTRIES_MAX,
         };
         match self {
-            Query::Get { namespace, key } | Query::Exists { namespace, key } => {
+            Query::Get { namespace, key } | Query::Exists { namespace, key } | Query::Lease { namespace, key } => {
                 check_namespace(namespace)?;
                 check_key(key)
             }

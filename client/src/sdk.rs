@@ -48,6 +48,9 @@ impl Default for ClientOptions {
 }
 
 struct Inner {
+    /// Lease acquisitions run one at a time per client; the gate stays
+    /// closed through the wait after an ambiguous acquisition.
+    lease_gate: Arc<tokio::sync::Mutex<()>>,
     /// What the cluster offers, asked once on first need.
     capabilities: tokio::sync::OnceCell<Vec<Capability>>,
     connections: RwLock<Vec<Arc<Connection>>>,
@@ -107,6 +110,7 @@ impl Client {
         }
         Ok(Self {
             inner: Arc::new(Inner {
+                lease_gate: Arc::new(tokio::sync::Mutex::new(())),
                 capabilities: tokio::sync::OnceCell::new(),
                 connections: RwLock::new(connections),
                 preferred: AtomicUsize::new(0),
@@ -285,6 +289,36 @@ impl Client {
                 backoff = (backoff * 2).min(options.backoff_max);
             }
         }
+    }
+
+    /// Sends a lease acquisition behind the client's lease gate. When its
+    /// outcome stays unknown, waits out `ttl` before answering
+    /// `ambiguous_mutation`, in a task of its own so that the gate stays
+    /// closed through the wait even if the caller stops waiting.
+    pub(crate) async fn acquire_gated(&self, request: WriteRequest, ttl: Duration) -> Result<WriteResponse, LodeError> {
+        let gate = self.inner.lease_gate.clone();
+        let client = self.clone();
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let _closed = gate.lock_owned().await;
+            let result = match client.write(request).await {
+                Err(LodeError::AmbiguousMutation { detail, .. }) => {
+                    tokio::time::sleep(ttl).await;
+                    Err(LodeError::AmbiguousMutation {
+                        recovery: MutationRecovery::WaitOutLeaseTtl {
+                            ttl_micros: u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX),
+                        },
+                        detail,
+                    })
+                }
+                other => other,
+            };
+            // A caller that stopped waiting has dropped its receiver.
+            let _ = answer.send(result);
+        });
+        answered
+            .await
+            .map_err(|_| LodeError::Unavailable("the lease acquisition task stopped".to_owned()))?
     }
 
     /// Applies an atomic batch. `request.op_id` makes it safe to retry.

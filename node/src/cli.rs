@@ -62,6 +62,9 @@ pub struct NodeArguments {
     /// Applied entries between snapshots (the log before a snapshot is purged).
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_logs_max: u64,
+    /// The longest lease this member grants as leader, in milliseconds.
+    #[arg(long, default_value_t = 300_000)]
+    pub lease_ttl_ms_max: u64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -185,6 +188,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         .unwrap_or(listener.local_addr()?.to_string());
     let mut config = NodeConfig::new(arguments.id, advertise, arguments.data_dir.clone(), membership);
     config.snapshot_logs_max = arguments.snapshot_logs_max;
+    config.lease_ttl_ms_max = arguments.lease_ttl_ms_max;
     let node = Node::start(config, listener).await?;
     stop.wait().await;
     tracing::info!("stop signal received; shutting down");

@@ -16,6 +16,20 @@ pub fn command(request: &wire::WriteRequest) -> Command {
     })
 }
 
+/// Grants at most `ttl_micros_max` to every lease acquisition and renewal
+/// of a command, before it is proposed: the granted TTL is decided once, by
+/// the leader, and logged.
+pub fn cap_lease_ttls(command: &mut Command, ttl_micros_max: u64) {
+    let Command::V1(command) = command;
+    for operation in &mut command.operations {
+        if let wire::Operation::AcquireLease { ttl_micros, .. } | wire::Operation::RenewLease { ttl_micros, .. } =
+            operation
+        {
+            *ttl_micros = (*ttl_micros).min(ttl_micros_max);
+        }
+    }
+}
+
 /// Checks a client's write: its limits, and that it holds no operation only
 /// the leader may propose.
 pub fn validate_client_write(request: &wire::WriteRequest) -> Result<(), LodeError> {
@@ -34,6 +48,7 @@ pub fn rejection_to_wire(rejection: Rejection) -> LodeError {
         Rejection::Invalid(message) => LodeError::Invalid(message),
         Rejection::VersionConflict { current, .. } => LodeError::VersionConflict { current },
         Rejection::NotFound(message) => LodeError::NotFound(message),
+        Rejection::LeaseLost(_) => LodeError::LeaseLost,
     }
 }
 

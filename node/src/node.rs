@@ -60,6 +60,8 @@ pub struct NodeConfig {
     pub forward_timeout_ms: u64,
     /// How often the leader checks for expired entries to sweep.
     pub sweep_interval_ms: u64,
+    /// The longest lease this node grants as leader, whatever is asked.
+    pub lease_ttl_ms_max: u64,
 }
 
 impl NodeConfig {
@@ -75,6 +77,7 @@ impl NodeConfig {
             read_wait_ms_max: 5_000,
             forward_timeout_ms: 10_000,
             sweep_interval_ms: 1_000,
+            lease_ttl_ms_max: 300_000,
         }
     }
 }

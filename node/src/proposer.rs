@@ -227,6 +227,7 @@ mod tests {
             encoding: Encoding::Bytes,
             expires_at_micros: None,
             precondition: None,
+            fence: None,
         }
     }
 
@@ -275,6 +276,7 @@ mod tests {
             encoding: Encoding::Bytes,
             expires_at_micros: None,
             precondition: None,
+            fence: None,
         };
         for index in 0..6 {
             let (item, receiver) = waiting(Some(index), vec![big(index as usize)]);

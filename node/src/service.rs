@@ -11,8 +11,8 @@ use std::time::Duration;
 use lode_client::connection::CallFailure;
 use lode_client::error::LeaderHint;
 use lode_client::protocol::{
-    ByteBuf, Capability, ClusterStatus, Consistency, EntryMeta, LodeService, LodeServiceClient, MemberStatus, Query,
-    QueryResult, RaftMessageKind, ReadRequest, ReadResponse, WriteRequest, WriteResponse,
+    ByteBuf, Capability, ClusterStatus, Consistency, EntryMeta, LeaseInfo, LodeService, LodeServiceClient,
+    MemberStatus, Query, QueryResult, RaftMessageKind, ReadRequest, ReadResponse, WriteRequest, WriteResponse,
 };
 use lode_client::LodeError;
 use lode_raft_store::TypeConfig;
@@ -81,7 +81,8 @@ impl NodeService {
 
     async fn write_on_leader(&self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
         convert::validate_client_write(&request)?;
-        let command = convert::command(&request);
+        let mut command = convert::command(&request);
+        convert::cap_lease_ttls(&mut command, self.shared.config.lease_ttl_ms_max.saturating_mul(1000));
         let outcome = match self.shared.proposer.propose(command).await {
             Ok(outcome) => outcome,
             Err(LodeError::NotLeader { hint: Some(hint) }) if hint.id != self.shared.id => {
@@ -155,6 +156,13 @@ impl NodeService {
                 }
             }
             Query::Namespaces { prefix } => QueryResult::Namespaces(reader.namespaces(prefix, now_micros)?),
+            Query::Lease { namespace, key } => {
+                QueryResult::Lease(reader.lease(namespace, key, now_micros)?.map(|lease| LeaseInfo {
+                    holder: lease.holder,
+                    token: lease.token,
+                    expires_at_micros: lease.expires_at_micros,
+                }))
+            }
         })
     }
 
@@ -410,7 +418,7 @@ impl LodeService for NodeService {
     }
 
     async fn capabilities(self, _: Context) -> Vec<Capability> {
-        vec![Capability::Kv, Capability::Cas]
+        vec![Capability::Kv, Capability::Cas, Capability::FencedLeases]
     }
 
     async fn node_status(self, _: Context) -> Result<ClusterStatus, LodeError> {

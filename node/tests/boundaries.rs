@@ -18,6 +18,7 @@ fn set(namespace: &str, key: Vec<u8>, value: Vec<u8>) -> Operation {
         encoding: Default::default(),
         expires_at_micros: None,
         precondition: None,
+        fence: None,
     }
 }
 

@@ -238,6 +238,7 @@ async fn a_retried_operation_applies_once() {
             encoding: Default::default(),
             expires_at_micros: None,
             precondition: None,
+            fence: None,
         }],
     };
     let applied = client.write(first.clone()).await.expect("first write");
@@ -316,6 +317,7 @@ async fn a_mutation_with_an_unknown_outcome_is_ambiguous_and_its_retry_applies_o
             encoding: Default::default(),
             expires_at_micros: None,
             precondition: None,
+            fence: None,
         }],
     };
     cluster.signal(leader, "STOP");

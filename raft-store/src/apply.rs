@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{
-    Command, CommandOutcome, CommandV1, OpId, Operation, OperationResult, Precondition, Proposal, Rejection, Selector,
+    Command, CommandOutcome, CommandV1, Encoding, OpId, Operation, OperationResult, Precondition, Proposal, Rejection,
+    Selector,
 };
 use crate::engine::{Engine, Space, WriteBatch};
 use crate::entry::{SourceId, StoredEntry};
@@ -269,7 +270,20 @@ fn apply_operation<E: Engine>(
             encoding,
             expires_at_micros,
             precondition,
+            fence,
         } => {
+            if let Some(fence) = fence {
+                let lease_key = keys::entry_key(&keys::lease_namespace(&fence.namespace), &fence.key);
+                let held = live(overlay, &lease_key, now_micros)?.is_some_and(|lease| lease.version == fence.token);
+                if !held {
+                    return Ok(Err(Rejection::LeaseLost(format!(
+                        "lease {} in namespace {:?} is not held with token {}",
+                        keys::display_key(&fence.key),
+                        fence.namespace,
+                        fence.token
+                    ))));
+                }
+            }
             let entry_key = keys::entry_key(namespace, key);
             if let Some(precondition) = precondition {
                 let current = live(overlay, &entry_key, now_micros)?.map(|entry| entry.version);
@@ -357,6 +371,73 @@ fn apply_operation<E: Engine>(
                 overlay.remove(batch, source_key)?;
             }
             OperationResult::Copy { version }
+        }
+        Operation::AcquireLease {
+            namespace,
+            key,
+            holder,
+            ttl_micros,
+        } => {
+            let lease_key = keys::entry_key(&keys::lease_namespace(namespace), key);
+            if let Some(live_lease) = live(overlay, &lease_key, now_micros)? {
+                return Ok(Err(Rejection::VersionConflict {
+                    key: key.clone(),
+                    current: Some(live_lease.version),
+                }));
+            }
+            let expires_at_micros = now_micros.saturating_add(*ttl_micros);
+            let lease = StoredEntry {
+                value: holder.as_bytes().to_vec(),
+                encoding: Encoding::Bytes,
+                version,
+                expires_at_micros: Some(expires_at_micros),
+                source,
+            };
+            overlay.put(batch, lease_key, lease)?;
+            OperationResult::AcquireLease {
+                token: version,
+                ttl_micros: *ttl_micros,
+                expires_at_micros,
+            }
+        }
+        Operation::RenewLease {
+            namespace,
+            key,
+            holder,
+            token,
+            ttl_micros,
+        } => {
+            let lease_key = keys::entry_key(&keys::lease_namespace(namespace), key);
+            let Some(mut lease) = live(overlay, &lease_key, now_micros)?
+                .filter(|lease| lease.version == *token && lease.value == holder.as_bytes())
+            else {
+                return Ok(Err(Rejection::LeaseLost(format!(
+                    "lease {} in namespace {namespace:?} is not held by {holder:?} with token {token}",
+                    keys::display_key(key)
+                ))));
+            };
+            let expires_at_micros = now_micros.saturating_add(*ttl_micros);
+            lease.expires_at_micros = Some(expires_at_micros);
+            overlay.put(batch, lease_key, lease)?;
+            OperationResult::RenewLease {
+                token: *token,
+                ttl_micros: *ttl_micros,
+                expires_at_micros,
+            }
+        }
+        Operation::ReleaseLease {
+            namespace,
+            key,
+            holder,
+            token,
+        } => {
+            let lease_key = keys::entry_key(&keys::lease_namespace(namespace), key);
+            let held = live(overlay, &lease_key, now_micros)?
+                .is_some_and(|lease| lease.version == *token && lease.value == holder.as_bytes());
+            if held {
+                overlay.remove(batch, lease_key)?;
+            }
+            OperationResult::ReleaseLease { released: held }
         }
         Operation::DeleteRange {
             namespace,

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use lode_types::{Encoding, Operation, OperationResult, Precondition, Selector};
+pub use lode_types::{Encoding, Fence, Operation, OperationResult, Precondition, Selector};
 
 /// A client-chosen operation id: a command carrying one is applied at most
 /// once while its dedup record is retained.
@@ -75,6 +75,10 @@ pub enum Rejection {
     /// The operation needs a live entry that is absent or expired.
     #[error("not found: {0}")]
     NotFound(String),
+    /// A fenced write or a renewal named a lease that is no longer held
+    /// with that token.
+    #[error("lease lost: {0}")]
+    LeaseLost(String),
 }
 
 /// What applying one command produced.
@@ -123,6 +127,11 @@ impl Command {
                     if *remove_source {
                         keys.push(crate::keys::entry_key(namespace, key));
                     }
+                }
+                Operation::AcquireLease { namespace, key, .. }
+                | Operation::RenewLease { namespace, key, .. }
+                | Operation::ReleaseLease { namespace, key, .. } => {
+                    keys.push(crate::keys::entry_key(&crate::keys::lease_namespace(namespace), key))
                 }
                 Operation::SweepExpired { .. } | Operation::DeleteRange { .. } => return None,
             }

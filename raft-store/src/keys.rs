@@ -21,6 +21,13 @@ pub fn entry_key(namespace: &str, key: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The internal namespace that holds the leases of coordination namespace
+/// `namespace`. It starts with NUL, which user namespaces may not, so leases
+/// never mix with entries, scans or namespace listings.
+pub fn lease_namespace(namespace: &str) -> String {
+    format!("\0lease\0{namespace}")
+}
+
 /// The prefix every key of a namespace starts with.
 pub fn namespace_prefix(namespace: &str) -> Vec<u8> {
     let length = u16::try_from(namespace.len()).unwrap_or(u16::MAX);

@@ -30,6 +30,15 @@ impl<E: Engine> Clone for StateReader<E> {
     }
 }
 
+/// A live lease as the state machine holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseInfo {
+    pub holder: String,
+    /// The log index of the grant.
+    pub token: u64,
+    pub expires_at_micros: u64,
+}
+
 /// One page of a scan.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ScanPage {
@@ -163,7 +172,8 @@ impl<E: Engine> StateReader<E> {
             };
             let (namespace, _) = keys::split_entry_key(&stored_key)
                 .ok_or_else(|| EngineError::corrupt("entry key", "no namespace prefix"))?;
-            if namespace.starts_with(prefix) {
+            // Lode's own records live in namespaces that start with NUL.
+            if namespace.starts_with(prefix) && !namespace.starts_with('\0') {
                 let live = self.scan(&namespace, &Selector::All, None, 1, now_micros)?;
                 if !live.entries.is_empty() {
                     names.push(namespace.clone());
@@ -175,6 +185,17 @@ impl<E: Engine> StateReader<E> {
             }
         }
         Ok(names)
+    }
+
+    /// The live lease at (`namespace`, `key`): its holder, token and expiry.
+    pub fn lease(&self, namespace: &str, key: &[u8], now_micros: u64) -> Result<Option<LeaseInfo>, EngineError> {
+        Ok(self
+            .get_entry(&keys::lease_namespace(namespace), key, now_micros)?
+            .map(|lease| LeaseInfo {
+                holder: String::from_utf8_lossy(&lease.value).into_owned(),
+                token: lease.version,
+                expires_at_micros: lease.expires_at_micros.unwrap_or(u64::MAX),
+            }))
     }
 
     /// How many stored entries have expired by `now_micros` and wait for a

@@ -28,6 +28,7 @@ fn command(index: u64) -> Command {
             encoding: Encoding::Bytes,
             expires_at_micros: None,
             precondition: None,
+            fence: None,
         }],
     })
 }

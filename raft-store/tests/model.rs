@@ -18,6 +18,7 @@ use serde_json::json;
 
 const NAMESPACES: [&str; 2] = ["a", "b"];
 const KEYS: [&str; 5] = ["k0", "k1", "k2", "x1", "x2"];
+const HOLDERS: [&str; 2] = ["worker-a", "worker-b"];
 
 #[derive(Clone, Debug)]
 enum Expected {
@@ -35,6 +36,27 @@ enum Step {
         json: bool,
         ttl: Option<u64>,
         expected: Option<Expected>,
+        /// A fence on lease (namespace, key), with the live token or a stale one.
+        fence: Option<(usize, usize, bool)>,
+    },
+    Acquire {
+        namespace: usize,
+        key: usize,
+        holder: usize,
+        ttl: u64,
+    },
+    Renew {
+        namespace: usize,
+        key: usize,
+        holder: usize,
+        current_token: bool,
+        ttl: u64,
+    },
+    Release {
+        namespace: usize,
+        key: usize,
+        holder: usize,
+        current_token: bool,
     },
     Delete {
         namespace: usize,
@@ -76,9 +98,27 @@ fn step() -> impl Strategy<Value = Step> {
         (1u64..40).prop_map(Expected::Stale),
         Just(Expected::Absent),
     ]);
+    let fence = prop::option::weighted(0.3, (namespace.clone(), key.clone(), any::<bool>()));
+    let holder = 0..HOLDERS.len();
     prop_oneof![
-        4 => (namespace.clone(), key.clone(), any::<u8>(), any::<bool>(), ttl.clone(), expected).prop_map(
-            |(namespace, key, number, json, ttl, expected)| Step::Set { namespace, key, number, json, ttl, expected }
+        4 => (namespace.clone(), key.clone(), any::<u8>(), any::<bool>(), ttl.clone(), expected, fence).prop_map(
+            |(namespace, key, number, json, ttl, expected, fence)| Step::Set {
+                namespace,
+                key,
+                number,
+                json,
+                ttl,
+                expected,
+                fence
+            }
+        ),
+        1 => (namespace.clone(), key.clone(), holder.clone(), 1u64..60)
+            .prop_map(|(namespace, key, holder, ttl)| Step::Acquire { namespace, key, holder, ttl }),
+        1 => (namespace.clone(), key.clone(), holder.clone(), any::<bool>(), 1u64..60).prop_map(
+            |(namespace, key, holder, current_token, ttl)| Step::Renew { namespace, key, holder, current_token, ttl }
+        ),
+        1 => (namespace.clone(), key.clone(), holder, any::<bool>()).prop_map(
+            |(namespace, key, holder, current_token)| Step::Release { namespace, key, holder, current_token }
         ),
         1 => (namespace.clone(), key.clone()).prop_map(|(namespace, key)| Step::Delete { namespace, key }),
         1 => (namespace.clone(), key.clone(), ttl).prop_map(|(namespace, key, ttl)| Step::Expire { namespace, key, ttl }),
@@ -114,12 +154,26 @@ impl ModelEntry {
     }
 }
 
+#[derive(Clone, Debug)]
+struct ModelLease {
+    holder: String,
+    token: u64,
+    expires_at: u64,
+}
+
 #[derive(Default)]
 struct Model {
     entries: BTreeMap<(String, Vec<u8>), ModelEntry>,
+    leases: BTreeMap<(String, Vec<u8>), ModelLease>,
 }
 
 impl Model {
+    fn live_lease(&self, namespace: &str, key: &[u8], now: u64) -> Option<&ModelLease> {
+        self.leases
+            .get(&(namespace.to_owned(), key.to_vec()))
+            .filter(|lease| lease.expires_at > now)
+    }
+
     fn live(&self, namespace: &str, key: &[u8], now: u64) -> Option<&ModelEntry> {
         self.entries
             .get(&(namespace.to_owned(), key.to_vec()))
@@ -136,7 +190,19 @@ impl Model {
                 encoding,
                 expires_at_micros,
                 precondition,
+                fence,
             } => {
+                if let Some(fence) = fence {
+                    if precondition.is_none() {
+                        return Err(Rejection::Invalid(String::new()));
+                    }
+                    let held = self
+                        .live_lease(&fence.namespace, &fence.key, now)
+                        .is_some_and(|lease| lease.token == fence.token);
+                    if !held {
+                        return Err(Rejection::LeaseLost(String::new()));
+                    }
+                }
                 let current = self.live(namespace, key, now).map(|entry| entry.version);
                 let holds = match precondition {
                     None => true,
@@ -244,11 +310,72 @@ impl Model {
                 })
             }
             Operation::SweepExpired { .. } => {
-                let before = self.entries.len();
+                let before = self.entries.len() + self.leases.len();
                 self.entries.retain(|_, entry| entry.live_at(now));
+                self.leases.retain(|_, lease| lease.expires_at > now);
                 Ok(OperationResult::SweepExpired {
-                    removed: (before - self.entries.len()) as u32,
+                    removed: (before - self.entries.len() - self.leases.len()) as u32,
                 })
+            }
+            Operation::AcquireLease {
+                namespace,
+                key,
+                holder,
+                ttl_micros,
+            } => {
+                if let Some(lease) = self.live_lease(namespace, key, now) {
+                    return Err(Rejection::VersionConflict {
+                        key: key.clone(),
+                        current: Some(lease.token),
+                    });
+                }
+                let lease = ModelLease {
+                    holder: holder.clone(),
+                    token: version,
+                    expires_at: now + ttl_micros,
+                };
+                self.leases.insert((namespace.clone(), key.clone()), lease);
+                Ok(OperationResult::AcquireLease {
+                    token: version,
+                    ttl_micros: *ttl_micros,
+                    expires_at_micros: now + ttl_micros,
+                })
+            }
+            Operation::RenewLease {
+                namespace,
+                key,
+                holder,
+                token,
+                ttl_micros,
+            } => {
+                let held = self
+                    .live_lease(namespace, key, now)
+                    .is_some_and(|lease| lease.token == *token && lease.holder == *holder);
+                if !held {
+                    return Err(Rejection::LeaseLost(String::new()));
+                }
+                if let Some(lease) = self.leases.get_mut(&(namespace.clone(), key.clone())) {
+                    lease.expires_at = now + ttl_micros;
+                }
+                Ok(OperationResult::RenewLease {
+                    token: *token,
+                    ttl_micros: *ttl_micros,
+                    expires_at_micros: now + ttl_micros,
+                })
+            }
+            Operation::ReleaseLease {
+                namespace,
+                key,
+                holder,
+                token,
+            } => {
+                let held = self
+                    .live_lease(namespace, key, now)
+                    .is_some_and(|lease| lease.token == *token && lease.holder == *holder);
+                if held {
+                    self.leases.remove(&(namespace.clone(), key.clone()));
+                }
+                Ok(OperationResult::ReleaseLease { released: held })
             }
         }
     }
@@ -265,7 +392,22 @@ fn operation(step: &Step, model: &Model, now: u64) -> Option<Operation> {
             json,
             ttl,
             expected,
+            fence,
         } => {
+            let fence = fence.map(|(fence_namespace, fence_key, current)| {
+                let token = model
+                    .live_lease(&namespace(fence_namespace), &key(fence_key), now)
+                    .map(|lease| lease.token);
+                lode_raft_store::command::Fence {
+                    namespace: namespace(fence_namespace),
+                    key: key(fence_key),
+                    token: if current {
+                        token.unwrap_or(1)
+                    } else {
+                        token.unwrap_or(1) + 1
+                    },
+                }
+            });
             let precondition = expected.map(|expected| match expected {
                 Expected::Current => match model.live(&namespace(n), &key(k), now) {
                     Some(entry) => Precondition::Version(entry.version),
@@ -289,8 +431,44 @@ fn operation(step: &Step, model: &Model, now: u64) -> Option<Operation> {
                 encoding,
                 expires_at_micros: ttl.map(|ttl| now + ttl),
                 precondition,
+                fence,
             }
         }
+        Step::Acquire {
+            namespace: n,
+            key: k,
+            holder,
+            ttl,
+        } => Operation::AcquireLease {
+            namespace: namespace(n),
+            key: key(k),
+            holder: HOLDERS[holder].to_owned(),
+            ttl_micros: ttl,
+        },
+        Step::Renew {
+            namespace: n,
+            key: k,
+            holder,
+            current_token,
+            ttl,
+        } => Operation::RenewLease {
+            namespace: namespace(n),
+            key: key(k),
+            holder: HOLDERS[holder].to_owned(),
+            token: lease_token(model, &namespace(n), &key(k), now, current_token),
+            ttl_micros: ttl,
+        },
+        Step::Release {
+            namespace: n,
+            key: k,
+            holder,
+            current_token,
+        } => Operation::ReleaseLease {
+            namespace: namespace(n),
+            key: key(k),
+            holder: HOLDERS[holder].to_owned(),
+            token: lease_token(model, &namespace(n), &key(k), now, current_token),
+        },
         Step::Delete { namespace: n, key: k } => Operation::Delete {
             namespace: namespace(n),
             key: key(k),
@@ -337,12 +515,23 @@ fn operation(step: &Step, model: &Model, now: u64) -> Option<Operation> {
     })
 }
 
+/// The live lease's token, or one that is not it.
+fn lease_token(model: &Model, namespace: &str, key: &[u8], now: u64, current: bool) -> u64 {
+    let token = model.live_lease(namespace, key, now).map_or(1, |lease| lease.token);
+    if current {
+        token
+    } else {
+        token + 1
+    }
+}
+
 /// Rejection messages are for people; the model compares their kinds.
 fn kind(result: &Result<Vec<OperationResult>, Rejection>) -> Result<Vec<OperationResult>, Rejection> {
     match result {
         Ok(results) => Ok(results.clone()),
         Err(Rejection::Invalid(_)) => Err(Rejection::Invalid(String::new())),
         Err(Rejection::NotFound(_)) => Err(Rejection::NotFound(String::new())),
+        Err(Rejection::LeaseLost(_)) => Err(Rejection::LeaseLost(String::new())),
         Err(conflict) => Err(conflict.clone()),
     }
 }
@@ -410,6 +599,13 @@ fn run(steps: Vec<Step>) {
             );
             for namespace in NAMESPACES {
                 for key in KEYS {
+                    let lease = reader.lease(namespace, key.as_bytes(), now).expect("lease");
+                    let modelled = model.live_lease(namespace, key.as_bytes(), now);
+                    assert_eq!(
+                        lease.map(|lease| (lease.holder, lease.token, lease.expires_at_micros)),
+                        modelled.map(|lease| (lease.holder.clone(), lease.token, lease.expires_at)),
+                        "lease {namespace}/{key} after step {position}"
+                    );
                     let stored = reader.get_entry(namespace, key.as_bytes(), now).expect("get");
                     let modelled = model.live(namespace, key.as_bytes(), now);
                     assert_eq!(stored.map(|entry| entry.version), modelled.map(|entry| entry.version));

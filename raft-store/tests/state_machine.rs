@@ -21,6 +21,7 @@ fn set(key: &str, value: &str, expires_at_micros: Option<u64>) -> Operation {
         encoding: Encoding::Json,
         expires_at_micros,
         precondition: None,
+        fence: None,
     }
 }
 
@@ -162,6 +163,7 @@ async fn an_invalid_command_applies_nothing() -> TestResult {
         encoding: Encoding::Bytes,
         expires_at_micros: None,
         precondition: None,
+        fence: None,
     };
     let outcome = apply_one(&mut state, entry(1, 1, Some(9), vec![set("ok", "1", None), oversized])).await?;
     match outcome.result {

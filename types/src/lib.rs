@@ -65,6 +65,10 @@ pub enum Operation {
         /// When set and not met, the whole command is refused with a
         /// version conflict.
         precondition: Option<Precondition>,
+        /// When set, the write goes ahead only while the named lease is held
+        /// with this token; otherwise the command is refused with
+        /// `lease_lost`. A fenced write also needs a precondition.
+        fence: Option<Fence>,
     },
     Delete {
         namespace: String,
@@ -112,6 +116,45 @@ pub enum Operation {
         after: Option<Vec<u8>>,
         entries_max: u32,
     },
+    /// Grants the lease at (`namespace`, `key`) to `holder` for `ttl_micros`
+    /// (already capped by the leader) unless a live lease exists, which is a
+    /// version conflict carrying the live lease's token. The token is the
+    /// log index of the grant.
+    AcquireLease {
+        namespace: String,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        holder: String,
+        ttl_micros: u64,
+    },
+    /// Extends a live lease held by `holder` with `token` to `ttl_micros`
+    /// from now, keeping the token; otherwise `lease_lost`.
+    RenewLease {
+        namespace: String,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        holder: String,
+        token: u64,
+        ttl_micros: u64,
+    },
+    /// Revokes a live lease held by `holder` with `token`.
+    ReleaseLease {
+        namespace: String,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        holder: String,
+        token: u64,
+    },
+}
+
+/// A lease that must be held, with this token, for a fenced write to apply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    /// The coordination namespace of the lease.
+    pub namespace: String,
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    pub token: u64,
 }
 
 /// The result of one operation, in the order the operations were given.
@@ -144,6 +187,22 @@ pub enum OperationResult {
         #[serde(with = "serde_bytes")]
         resume_after: Option<Vec<u8>>,
     },
+    /// The grant: its token (the log index), the granted TTL and when it
+    /// expires (in log time).
+    AcquireLease {
+        token: u64,
+        ttl_micros: u64,
+        expires_at_micros: u64,
+    },
+    RenewLease {
+        token: u64,
+        ttl_micros: u64,
+        expires_at_micros: u64,
+    },
+    /// True when a held lease was released.
+    ReleaseLease {
+        released: bool,
+    },
 }
 
 impl Operation {
@@ -156,11 +215,20 @@ impl Operation {
                 key,
                 value,
                 encoding,
+                precondition,
+                fence,
                 ..
             } => {
                 check_namespace(namespace)?;
                 check_key(key)?;
                 check_value(value)?;
+                if let Some(fence) = fence {
+                    if precondition.is_none() {
+                        return Err("a fenced write needs a precondition (expect_version or expect_absent)".to_owned());
+                    }
+                    check_namespace(&fence.namespace).map_err(|message| format!("fence {message}"))?;
+                    check_key(&fence.key).map_err(|message| format!("fence {message}"))?;
+                }
                 if let Encoding::Custom(name) = encoding {
                     if name.is_empty() || name.len() > limits::ENCODING_NAME_BYTES_MAX {
                         return Err(format!(
@@ -209,6 +277,31 @@ impl Operation {
                     ));
                 }
                 Ok(())
+            }
+            Operation::AcquireLease {
+                namespace,
+                key,
+                holder,
+                ttl_micros,
+            }
+            | Operation::RenewLease {
+                namespace,
+                key,
+                holder,
+                ttl_micros,
+                ..
+            } => {
+                check_namespace(namespace)?;
+                check_key(key)?;
+                limits::check_holder(holder)?;
+                limits::check_lease_ttl(*ttl_micros)
+            }
+            Operation::ReleaseLease {
+                namespace, key, holder, ..
+            } => {
+                check_namespace(namespace)?;
+                check_key(key)?;
+                limits::check_holder(holder)
             }
             Operation::SweepExpired { entries_max } => {
                 if *entries_max == 0 || *entries_max > SWEEP_ENTRIES_MAX {
@@ -298,8 +391,19 @@ pub fn write_size_bytes(operations: &[Operation]) -> usize {
         .iter()
         .map(|operation| match operation {
             Operation::Set {
-                namespace, key, value, ..
-            } => namespace.len() + key.len() + value.len(),
+                namespace,
+                key,
+                value,
+                fence,
+                ..
+            } => {
+                namespace.len()
+                    + key.len()
+                    + value.len()
+                    + fence
+                        .as_ref()
+                        .map_or(0, |fence| fence.namespace.len() + fence.key.len())
+            }
             Operation::Delete { namespace, key } | Operation::Expire { namespace, key, .. } => {
                 namespace.len() + key.len()
             }
@@ -317,6 +421,15 @@ pub fn write_size_bytes(operations: &[Operation]) -> usize {
                 after,
                 ..
             } => namespace.len() + selector.size_bytes() + after.as_ref().map_or(0, Vec::len),
+            Operation::AcquireLease {
+                namespace, key, holder, ..
+            }
+            | Operation::RenewLease {
+                namespace, key, holder, ..
+            }
+            | Operation::ReleaseLease {
+                namespace, key, holder, ..
+            } => namespace.len() + key.len() + holder.len(),
             Operation::SweepExpired { .. } => 0,
         })
         .sum()

@@ -43,10 +43,43 @@ pub fn check_namespace(namespace: &str) -> Result<(), String> {
     if namespace.is_empty() {
         return Err("namespace must not be empty".to_owned());
     }
+    if namespace.starts_with('\0') {
+        return Err("namespace must not start with a NUL character (reserved for Lode's own records)".to_owned());
+    }
     if namespace.len() > NAMESPACE_BYTES_MAX {
         return Err(format!(
             "namespace is {} bytes, over the limit namespace_bytes_max = {NAMESPACE_BYTES_MAX}",
             namespace.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Longest lease holder id, in bytes.
+pub const HOLDER_BYTES_MAX: usize = 256;
+/// Longest lease a server grants, in microseconds, whatever is asked; a node
+/// may be configured lower, never higher.
+pub const LEASE_TTL_MICROS_MAX: u64 = 24 * 3600 * 1_000_000;
+
+/// Checks a lease holder id; the message names the field and the limit.
+pub fn check_holder(holder: &str) -> Result<(), String> {
+    if holder.is_empty() {
+        return Err("holder must not be empty".to_owned());
+    }
+    if holder.len() > HOLDER_BYTES_MAX {
+        return Err(format!(
+            "holder is {} bytes, over the limit holder_bytes_max = {HOLDER_BYTES_MAX}",
+            holder.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a requested lease TTL.
+pub fn check_lease_ttl(ttl_micros: u64) -> Result<(), String> {
+    if ttl_micros == 0 || ttl_micros > LEASE_TTL_MICROS_MAX {
+        return Err(format!(
+            "lease ttl must be 1 to lease_ttl_micros_max = {LEASE_TTL_MICROS_MAX} microseconds"
         ));
     }
     Ok(())
