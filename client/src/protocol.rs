@@ -196,6 +196,9 @@ pub enum Capability {
     Cas,
     /// Leases with fencing tokens and fenced writes.
     FencedLeases,
+    /// Copy-on-write branches of materialized views; no Lode server offers
+    /// them yet.
+    Forks,
 }
 
 /// One member as the cluster status reports it.

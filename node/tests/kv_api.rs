@@ -581,8 +581,10 @@ async fn namespaces_streams_and_capabilities() {
     assert_eq!(scoped.kv("copy").get("k").await.expect("get"), Some(b"scoped".to_vec()));
 
     let offered = client.capabilities().await.expect("capabilities");
-    assert!(offered.contains(&Capability::Kv) && offered.contains(&Capability::Cas));
-    let missing = client.require(Capability::FencedLeases).await.expect_err("not offered");
+    for capability in [Capability::Kv, Capability::Cas, Capability::FencedLeases] {
+        assert!(offered.contains(&capability), "{capability:?} is not offered");
+    }
+    let missing = client.require(Capability::Forks).await.expect_err("not offered");
     assert!(matches!(missing, LodeError::Unsupported(_)), "{missing:?}");
     cluster.assert_no_errors();
 }
