@@ -34,6 +34,9 @@ pub enum Commands {
     /// Read and write entries.
     #[command(subcommand)]
     Kv(crate::kv_cli::KvCommand),
+    /// Acquire, renew, release and show leases with fencing tokens.
+    #[command(subcommand)]
+    Lease(crate::lease_cli::LeaseCommand),
     /// Inspect and change the cluster's membership.
     #[command(subcommand)]
     Cluster(ClusterCommand),
@@ -283,6 +286,7 @@ pub async fn run(arguments: Arguments) -> ExitCode {
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(|error| format!("{error:#}")),
+        Commands::Lease(command) => crate::lease_cli::run(command).await.map_err(|error| error.to_string()),
         Commands::Kv(command) => crate::kv_cli::run(command).await.map_err(|error| error.to_string()),
         Commands::Cluster(command) => run_cluster(command).await.map_err(|error| error.to_string()),
         Commands::Bench(bench) => crate::bench::run(bench)

@@ -10,6 +10,7 @@ pub mod convert;
 pub mod dev;
 pub mod embedded;
 pub mod kv_cli;
+pub mod lease_cli;
 pub mod network;
 pub mod node;
 pub mod proposer;

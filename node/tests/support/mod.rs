@@ -60,6 +60,11 @@ fn spawn_node(member: &Member, membership: &[String], snapshot_logs_max: u64) ->
 impl TestCluster {
     /// Starts `count` founding members.
     pub fn start(count: u64, snapshot_logs_max: u64) -> Self {
+        Self::start_with_flags(count, snapshot_logs_max, &[])
+    }
+
+    /// Starts `count` founding members with extra `lode node` flags.
+    pub fn start_with_flags(count: u64, snapshot_logs_max: u64, extra: &[&str]) -> Self {
         let directory = tempfile::tempdir().expect("temp dir");
         let mut members = BTreeMap::new();
         for id in 1..=count {
@@ -69,7 +74,8 @@ impl TestCluster {
             .values()
             .map(|member| format!("{}={}", member.id, member.address))
             .collect();
-        let membership = vec!["--peers".to_owned(), peers.join(",")];
+        let mut membership = vec!["--peers".to_owned(), peers.join(",")];
+        membership.extend(extra.iter().map(|flag| (*flag).to_owned()));
         for member in members.values_mut() {
             member.process = Some(spawn_node(member, &membership, snapshot_logs_max));
         }
