@@ -13,9 +13,11 @@ pub mod kv;
 pub mod limits;
 pub mod protocol;
 pub mod sdk;
+pub mod state_store;
 
 pub use codec::{Codec, JsonCodec, MsgpackCodec};
 pub use error::{LodeError, MutationRecovery};
 pub use kv::{Bounds, Kv, Lease, ScanPage};
 pub use protocol::{Capability, Consistency, Encoding, Entry, EntryMeta, Operation, OperationResult};
 pub use sdk::{Client, ClientOptions};
+pub use state_store::{FileStore, InMemoryStore, StateStore};
