@@ -9,6 +9,9 @@ pub enum MutationRecovery {
     /// dedup retention window: send the same mutation (same op id) again
     /// and the cluster applies it at most once.
     RetrySameOperation { op_id: u128 },
+    /// Send the same prepared mutation again: it carries the same op id and
+    /// bytes, so the cluster applies it at most once.
+    RepeatPrepared,
     /// A lease acquisition: any grant it made has expired once the
     /// requested TTL has passed; acquire again after that.
     WaitOutLeaseTtl { ttl_micros: u64 },

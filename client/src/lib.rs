@@ -9,6 +9,7 @@ pub mod codec;
 pub mod connection;
 pub mod error;
 pub mod facade;
+pub mod fenced;
 pub mod kv;
 pub mod limits;
 pub mod protocol;
@@ -17,6 +18,7 @@ pub mod state_store;
 
 pub use codec::{Codec, JsonCodec, MsgpackCodec};
 pub use error::{LodeError, MutationRecovery};
+pub use fenced::FencedLeaseClient;
 pub use kv::{Bounds, Kv, Lease, ScanPage};
 pub use protocol::{Capability, Consistency, Encoding, Entry, EntryMeta, Operation, OperationResult};
 pub use sdk::{Client, ClientOptions};
