@@ -68,6 +68,9 @@ pub struct NodeArguments {
     /// The longest lease this member grants as leader, in milliseconds.
     #[arg(long, default_value_t = 300_000)]
     pub lease_ttl_ms_max: u64,
+    /// How long a mutation's op id stays deduplicated (1m to 7d).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub dedup_retention: Duration,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -192,6 +195,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     let mut config = NodeConfig::new(arguments.id, advertise, arguments.data_dir.clone(), membership);
     config.snapshot_logs_max = arguments.snapshot_logs_max;
     config.lease_ttl_ms_max = arguments.lease_ttl_ms_max;
+    config.dedup_retention_ms = u64::try_from(arguments.dedup_retention.as_millis()).unwrap_or(u64::MAX);
     let node = Node::start(config, listener).await?;
     stop.wait().await;
     tracing::info!("stop signal received; shutting down");

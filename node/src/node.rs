@@ -62,6 +62,8 @@ pub struct NodeConfig {
     pub sweep_interval_ms: u64,
     /// The longest lease this node grants as leader, whatever is asked.
     pub lease_ttl_ms_max: u64,
+    /// How long op ids proposed by this node as leader stay deduplicated.
+    pub dedup_retention_ms: u64,
 }
 
 impl NodeConfig {
@@ -78,6 +80,7 @@ impl NodeConfig {
             forward_timeout_ms: 10_000,
             sweep_interval_ms: 1_000,
             lease_ttl_ms_max: 300_000,
+            dedup_retention_ms: lode_raft_store::limits::DEDUP_RETENTION_MICROS / 1000,
         }
     }
 }
@@ -108,6 +111,15 @@ impl Node {
     /// `listener`. Returns once the node is serving; joining or bootstrapping
     /// continues in the background.
     pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<Self, anyhow::Error> {
+        use lode_raft_store::limits::{DEDUP_RETENTION_MICROS_MAX, DEDUP_RETENTION_MICROS_MIN};
+        let retention_micros = config.dedup_retention_ms.saturating_mul(1000);
+        if !(DEDUP_RETENTION_MICROS_MIN..=DEDUP_RETENTION_MICROS_MAX).contains(&retention_micros) {
+            anyhow::bail!(
+                "dedup retention must be {} s to {} s (dedup_retention_micros_min/max)",
+                DEDUP_RETENTION_MICROS_MIN / 1_000_000,
+                DEDUP_RETENTION_MICROS_MAX / 1_000_000
+            );
+        }
         let address = listener.local_addr()?.to_string();
         std::fs::create_dir_all(&config.data_dir)?;
         let log_engine = Arc::new(RocksEngine::open(config.data_dir.join("log"))?);
@@ -140,7 +152,7 @@ impl Node {
             raft: raft.clone(),
             reader,
             read_index,
-            proposer: Proposer::start(raft.clone()),
+            proposer: Proposer::start(raft.clone(), config.dedup_retention_ms.saturating_mul(1000)),
             peers,
             config: config.clone(),
             in_flight: Arc::new(()),

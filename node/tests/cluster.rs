@@ -379,3 +379,63 @@ async fn a_member_that_missed_purged_entries_catches_up_from_a_snapshot() {
     assert!(cluster.log_text(follower).contains("installed snapshot"));
     cluster.assert_no_errors_except(&["Unreachable node", "NetworkError"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_operation_returns_its_first_outcome_after_a_leader_change() {
+    let mut cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let client = cluster.client();
+    let request = WriteRequest {
+        op_id: 4242,
+        operations: vec![Operation::Set {
+            namespace: NAMESPACE.to_owned(),
+            key: b"replayed".to_vec(),
+            value: b"first".to_vec(),
+            encoding: Default::default(),
+            expires_at_micros: None,
+            precondition: None,
+            fence: None,
+        }],
+    };
+    let applied = client.write(request.clone()).await.expect("write");
+    client
+        .kv(NAMESPACE)
+        .set("replayed")
+        .bytes("later")
+        .send()
+        .await
+        .expect("later write");
+    cluster.kill(leader);
+    let new_leader = cluster.wait_for_leader().await;
+    assert_ne!(new_leader, leader);
+    let replayed = client.write(request).await.expect("replay");
+    assert_eq!(replayed, applied, "the new leader answers with the first outcome");
+    assert_eq!(
+        client.kv(NAMESPACE).get("replayed").await.expect("read"),
+        Some(b"later".to_vec()),
+        "and applies nothing"
+    );
+    cluster.assert_no_errors_except(&["Unreachable node", "NetworkError"]);
+}
+
+#[test]
+fn a_dedup_retention_out_of_bounds_is_refused_at_start() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lode"))
+        .args([
+            "node",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--dedup-retention",
+            "1s",
+            "--data-dir",
+        ])
+        .arg(directory.path())
+        .output()
+        .expect("run lode node");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("dedup_retention_micros_min"), "{stderr}");
+}

@@ -22,7 +22,7 @@ use crate::engine::{Engine, Space, WriteBatch};
 use crate::entry::{SourceId, StoredEntry};
 use crate::error::{decode, encode, EngineError};
 use crate::keys;
-use crate::limits::{DEDUP_PRUNE_PER_APPLY_MAX, DEDUP_RETENTION_MICROS};
+use crate::limits::DEDUP_PRUNE_PER_APPLY_MAX;
 
 /// Where an entry sits in the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,7 +149,7 @@ pub fn apply_proposal<E: Engine>(
         outcomes.push(apply_command(&mut overlay, batch, v1, position, clock)?);
     }
     if !proposal.commands.is_empty() {
-        prune_dedup(engine, batch, clock)?;
+        prune_dedup(engine, batch, clock, proposal.dedup_retention_micros)?;
     }
     Ok((outcomes, clock))
 }
@@ -526,8 +526,13 @@ fn sweep<E: Engine>(
 }
 
 /// Drops a bounded number of dedup records older than the retention window.
-fn prune_dedup<E: Engine>(engine: &E, batch: &mut WriteBatch, now_micros: u64) -> Result<(), EngineError> {
-    let Some(cutoff) = now_micros.checked_sub(DEDUP_RETENTION_MICROS) else {
+fn prune_dedup<E: Engine>(
+    engine: &E,
+    batch: &mut WriteBatch,
+    now_micros: u64,
+    retention_micros: u64,
+) -> Result<(), EngineError> {
+    let Some(cutoff) = now_micros.checked_sub(retention_micros) else {
         return Ok(());
     };
     let end = cutoff.to_be_bytes();

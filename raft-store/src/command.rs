@@ -22,6 +22,10 @@ pub struct OpId(pub u128);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proposal {
     pub commands: Vec<Command>,
+    /// How long the dedup records written by this entry's commands protect
+    /// their op ids, in log time; chosen by the proposing leader (its
+    /// `--dedup-retention`) and logged, so every replica prunes alike.
+    pub dedup_retention_micros: u64,
 }
 
 /// What applying one log entry produced: one outcome per command, in order.
@@ -32,10 +36,16 @@ pub struct ProposalOutcome {
 }
 
 impl Proposal {
-    /// A proposal of one command.
+    /// A proposal of one command, with the default dedup retention.
     pub fn single(command: Command) -> Self {
+        Self::new(vec![command])
+    }
+
+    /// A proposal of `commands`, with the default dedup retention.
+    pub fn new(commands: Vec<Command>) -> Self {
         Self {
-            commands: vec![command],
+            commands,
+            dedup_retention_micros: crate::limits::DEDUP_RETENTION_MICROS,
         }
     }
 }

@@ -248,18 +248,16 @@ fn command(time_micros: u64, op_id: Option<u128>, operations: Vec<Operation>) ->
 async fn commands_grouped_in_one_entry_apply_in_order_and_each_on_its_own() -> TestResult {
     let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
     let reader = state.reader();
-    let proposal = Proposal {
-        commands: vec![
-            command(10, Some(1), vec![set("a", "1", None)]),
-            command(20, Some(2), vec![set("b", "2", None)]),
-            // Writes "a" again: refused, or "a" would have two values at one version.
-            command(30, Some(3), vec![set("c", "3", None), set("a", "again", None)]),
-            // The same op id as the first: its outcome, not a second apply.
-            command(40, Some(1), vec![set("d", "4", None)]),
-            // "c" was only written by the refused command: nothing to remove.
-            command(5, None, vec![delete("c")]),
-        ],
-    };
+    let proposal = Proposal::new(vec![
+        command(10, Some(1), vec![set("a", "1", None)]),
+        command(20, Some(2), vec![set("b", "2", None)]),
+        // Writes "a" again: refused, or "a" would have two values at one version.
+        command(30, Some(3), vec![set("c", "3", None), set("a", "again", None)]),
+        // The same op id as the first: its outcome, not a second apply.
+        command(40, Some(1), vec![set("d", "4", None)]),
+        // "c" was only written by the refused command: nothing to remove.
+        command(5, None, vec![delete("c")]),
+    ]);
     let grouped = Entry {
         log_id: log_id(3, 1, 7),
         payload: EntryPayload::Normal(proposal),
@@ -298,6 +296,59 @@ async fn commands_grouped_in_one_entry_apply_in_order_and_each_on_its_own() -> T
         reader.get_entry("ns", b"d", 0)?,
         None,
         "a deduplicated command writes nothing"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_dedup_table_travels_in_snapshots() -> TestResult {
+    let mut leader = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    let first = apply_one(&mut leader, entry(1, 1_000, Some(77), vec![set("k", "v", None)])).await?;
+    let snapshot = leader.get_snapshot_builder().await.build_snapshot().await?;
+    let mut follower = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    follower.install_snapshot(&snapshot.meta, snapshot.snapshot).await?;
+    // The replay reaches a member that only has the snapshot: it returns
+    // the original outcome and writes nothing.
+    let replay = apply_one(&mut follower, entry(2, 2_000, Some(77), vec![set("k", "again", None)])).await?;
+    assert!(replay.deduplicated);
+    assert_eq!((replay.index, &replay.result), (first.index, &first.result));
+    let stored = follower.reader().get_entry("ns", b"k", 0)?.ok_or("entry")?;
+    assert_eq!(stored.value, b"v".to_vec());
+    Ok(())
+}
+
+#[tokio::test]
+async fn dedup_records_expire_after_the_proposed_retention() -> TestResult {
+    let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    let with_retention = |index: u64, time: u64, op_id: u128, value: &str| {
+        let mut proposal = Proposal::single(command(time, Some(op_id), vec![set("k", value, None)]));
+        proposal.dedup_retention_micros = 1_000;
+        Entry::<TypeConfig> {
+            log_id: log_id(2, 1, index),
+            payload: EntryPayload::Normal(proposal),
+        }
+    };
+    state.apply([with_retention(1, 10_000, 5, "first")]).await?;
+    // Within the retention: deduplicated.
+    let within = state
+        .apply([with_retention(2, 10_500, 5, "second")])
+        .await?
+        .remove(0)
+        .outcomes
+        .remove(0);
+    assert!(within.deduplicated);
+    // Past it, a later entry prunes the record and the op id is new again.
+    state.apply([with_retention(3, 20_000, 6, "other")]).await?;
+    let after = state
+        .apply([with_retention(4, 20_001, 5, "third")])
+        .await?
+        .remove(0)
+        .outcomes
+        .remove(0);
+    assert!(!after.deduplicated);
+    assert_eq!(
+        state.reader().get_entry("ns", b"k", 0)?.ok_or("entry")?.value,
+        b"third".to_vec()
     );
     Ok(())
 }

@@ -35,6 +35,11 @@ pub const NAMESPACES_LISTED_MAX: usize = 10_000;
 pub const NAMESPACES_EXAMINED_MAX: usize = 100_000;
 /// How long a deduplicated response is kept, in log time.
 pub const DEDUP_RETENTION_MICROS: u64 = 10 * 60 * 1_000_000;
+/// Shortest dedup retention a node may be configured with: a retry within
+/// a client's call timeout must still find its record.
+pub const DEDUP_RETENTION_MICROS_MIN: u64 = 60 * 1_000_000;
+/// Longest dedup retention a node may be configured with.
+pub const DEDUP_RETENTION_MICROS_MAX: u64 = 7 * 24 * 3600 * 1_000_000;
 /// Most dedup records one apply prunes, so pruning never makes one apply slow.
 pub const DEDUP_PRUNE_PER_APPLY_MAX: usize = 64;
 
