@@ -330,6 +330,7 @@ impl FencedLeaseClient {
                 key: request.fence_key.clone(),
                 token: request.lease_token,
             }),
+            session: None,
         };
         self.prepare(PreparedKind::CasFenced, operation, 0)
     }

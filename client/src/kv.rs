@@ -13,7 +13,7 @@ use crate::codec::{Codec, JsonCodec, MsgpackCodec};
 use crate::error::LodeError;
 use crate::protocol::{
     Capability, Consistency, Encoding, Entry, EntryMeta, Fence, LeaseInfo, Operation, OperationResult, Precondition,
-    Query, QueryResult, ReadRequest, Selector, WriteRequest,
+    Query, QueryResult, ReadRequest, Selector, SessionLink, WriteRequest,
 };
 use crate::sdk::{new_op_id, Client};
 
@@ -33,6 +33,8 @@ pub struct Kv {
     /// default stream).
     resource_namespace: String,
     consistency: Consistency,
+    /// Stamped on every set, compare-and-swap, delete and patch.
+    session: Option<SessionLink>,
 }
 
 /// Checks every operation's limits before anything is sent. Sweeps are
@@ -103,6 +105,7 @@ impl Kv {
             namespace,
             resource_namespace,
             consistency: Consistency::Linearizable,
+            session: None,
         }
     }
 
@@ -114,6 +117,16 @@ impl Kv {
     /// The namespace name sent to the cluster.
     pub fn resource_namespace(&self) -> &str {
         &self.resource_namespace
+    }
+
+    /// A handle whose sets, compare-and-swaps, deletes and patches are
+    /// linked to `session`: the link is stored with the entry and the keys
+    /// a session wrote can be listed with `Client::session_keys`.
+    pub fn in_session(&self, session: SessionLink) -> Kv {
+        Kv {
+            session: Some(session),
+            ..self.clone()
+        }
     }
 
     /// A handle whose reads (`get`, `get_entry`, `exists`, `get_many`,
@@ -351,6 +364,7 @@ impl Kv {
         let operation = Operation::Delete {
             namespace: self.resource_namespace.clone(),
             key: key.as_ref().to_vec(),
+            session: self.session.clone(),
         };
         match self.write_one(operation).await? {
             OperationResult::Delete { removed_live_entry } => Ok(removed_live_entry),
@@ -400,6 +414,7 @@ impl Kv {
             namespace: self.resource_namespace.clone(),
             key: key.as_ref().to_vec(),
             patch: merge_patch.as_ref().to_vec(),
+            session: self.session.clone(),
         };
         match self.write_one(operation).await? {
             OperationResult::Patch { version } => Ok(version),
@@ -528,6 +543,7 @@ impl SetBuilder {
             expires_at_micros: self.expires_at_micros,
             precondition: self.precondition,
             fence: self.fence,
+            session: self.kv.session.clone(),
         };
         (self.kv, operation)
     }

@@ -6,7 +6,7 @@ pub use serde_bytes::ByteBuf;
 
 use crate::error::LodeError;
 
-pub use lode_types::{Encoding, Fence, Operation, OperationResult, Precondition, Selector};
+pub use lode_types::{Encoding, Fence, Operation, OperationResult, Precondition, Selector, SessionLink};
 
 /// An atomic batch of operations with the op id that makes retries safe.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +64,13 @@ pub enum Query {
     },
     /// Namespaces holding live entries whose names start with `prefix`.
     Namespaces { prefix: String },
+    /// One page of the (namespace, key) pairs written under a session.
+    SessionKeys {
+        session: SessionLink,
+        #[serde(with = "serde_bytes")]
+        after: Option<Vec<u8>>,
+        limit: u32,
+    },
     /// The live lease at a key of a coordination namespace.
     Lease {
         namespace: String,
@@ -86,6 +93,11 @@ pub enum QueryResult {
     },
     Namespaces(Vec<String>),
     Lease(Option<LeaseInfo>),
+    SessionKeys {
+        keys: Vec<(String, ByteBuf)>,
+        #[serde(with = "serde_bytes")]
+        resume_after: Option<Vec<u8>>,
+    },
 }
 
 /// A live lease: who holds it, its fencing token and its expiry.
@@ -144,6 +156,15 @@ impl Query {
                 }
                 Ok(())
             }
+            Query::SessionKeys { session, limit, .. } => {
+                session.validate()?;
+                if *limit == 0 || *limit as usize > SCAN_PAGE_ENTRIES_MAX {
+                    return Err(format!(
+                        "limit must be 1 to scan_page_entries_max = {SCAN_PAGE_ENTRIES_MAX}"
+                    ));
+                }
+                Ok(())
+            }
             Query::Namespaces { prefix } => {
                 if prefix.len() > NAMESPACE_BYTES_MAX {
                     return Err(format!(
@@ -176,6 +197,8 @@ pub struct Entry {
     /// The log id (term, index) of the command that wrote the value.
     pub source_term: u64,
     pub source_index: u64,
+    /// The session whose write last set the value, if it named one.
+    pub session: Option<SessionLink>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

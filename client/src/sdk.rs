@@ -14,8 +14,11 @@ use crate::error::{LodeError, MutationRecovery};
 use crate::kv::Kv;
 use crate::protocol::{
     Capability, ClusterStatus, Consistency, LodeServiceClient, Query, QueryResult, ReadRequest, ReadResponse,
-    WriteRequest, WriteResponse,
+    SessionLink, WriteRequest, WriteResponse,
 };
+
+/// Keys per page when `session_keys` walks a session's writes.
+const SESSION_KEYS_PAGE: u32 = 1000;
 
 /// How long `cluster_status` waits for each member's own report.
 pub const STATUS_MEMBER_TIMEOUT: Duration = Duration::from_secs(1);
@@ -167,6 +170,38 @@ impl Client {
             other => Err(LodeError::Unavailable(format!(
                 "the server answered kv_namespaces with {other:?}"
             ))),
+        }
+    }
+
+    /// The (namespace, key) pairs written under `session`, in order, walking
+    /// every page.
+    pub async fn session_keys(&self, session: &SessionLink) -> Result<Vec<(String, Vec<u8>)>, LodeError> {
+        self.require(Capability::Kv).await?;
+        let mut written = Vec::new();
+        let mut after = None;
+        loop {
+            let request = ReadRequest {
+                query: Query::SessionKeys {
+                    session: session.clone(),
+                    after: after.take(),
+                    limit: SESSION_KEYS_PAGE,
+                },
+                consistency: Consistency::Linearizable,
+            };
+            match self.read(request).await?.result {
+                QueryResult::SessionKeys { keys, resume_after } => {
+                    written.extend(keys.into_iter().map(|(namespace, key)| (namespace, key.into_vec())));
+                    match resume_after {
+                        Some(key) => after = Some(key),
+                        None => return Ok(written),
+                    }
+                }
+                other => {
+                    return Err(LodeError::Unavailable(format!(
+                        "the server answered session_keys with {other:?}"
+                    )))
+                }
+            }
         }
     }
 

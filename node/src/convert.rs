@@ -72,6 +72,7 @@ pub fn entry_to_wire(key: Vec<u8>, entry: StoredEntry) -> wire::Entry {
         expires_at_micros: entry.expires_at_micros,
         source_term: entry.source.term,
         source_index: entry.source.index,
+        session: entry.session,
     }
 }
 

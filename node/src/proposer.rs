@@ -234,6 +234,7 @@ mod tests {
             expires_at_micros: None,
             precondition: None,
             fence: None,
+            session: None,
         }
     }
 
@@ -283,6 +284,7 @@ mod tests {
             expires_at_micros: None,
             precondition: None,
             fence: None,
+            session: None,
         };
         for index in 0..6 {
             let (item, receiver) = waiting(Some(index), vec![big(index as usize)]);

@@ -156,6 +156,17 @@ impl NodeService {
                 }
             }
             Query::Namespaces { prefix } => QueryResult::Namespaces(reader.namespaces(prefix, now_micros)?),
+            Query::SessionKeys { session, after, limit } => {
+                let page = reader.session_keys(session, after.as_deref(), *limit as usize)?;
+                QueryResult::SessionKeys {
+                    keys: page
+                        .keys
+                        .into_iter()
+                        .map(|(namespace, key)| (namespace, ByteBuf::from(key)))
+                        .collect(),
+                    resume_after: page.resume_after,
+                }
+            }
             Query::Lease { namespace, key } => {
                 QueryResult::Lease(reader.lease(namespace, key, now_micros)?.map(|lease| LeaseInfo {
                     holder: lease.holder,

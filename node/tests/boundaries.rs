@@ -19,6 +19,7 @@ fn set(namespace: &str, key: Vec<u8>, value: Vec<u8>) -> Operation {
         expires_at_micros: None,
         precondition: None,
         fence: None,
+        session: None,
     }
 }
 

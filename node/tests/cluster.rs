@@ -239,6 +239,7 @@ async fn a_retried_operation_applies_once() {
             expires_at_micros: None,
             precondition: None,
             fence: None,
+            session: None,
         }],
     };
     let applied = client.write(first.clone()).await.expect("first write");
@@ -318,6 +319,7 @@ async fn a_mutation_with_an_unknown_outcome_is_ambiguous_and_its_retry_applies_o
             expires_at_micros: None,
             precondition: None,
             fence: None,
+            session: None,
         }],
     };
     cluster.signal(leader, "STOP");
@@ -395,6 +397,7 @@ async fn a_replayed_operation_returns_its_first_outcome_after_a_leader_change() 
             expires_at_micros: None,
             precondition: None,
             fence: None,
+            session: None,
         }],
     };
     let applied = client.write(request.clone()).await.expect("write");

@@ -620,3 +620,95 @@ async fn expired_entries_are_swept_from_every_replica() {
     assert_eq!(kv.get("kept").await.expect("get"), Some(b"forever".to_vec()));
     cluster.assert_no_errors();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_links_are_stored_with_entries_and_list_the_keys_written() {
+    let (cluster, client) = started().await;
+    let session = lode_client::protocol::SessionLink {
+        stream: "support".to_owned(),
+        session_id: "ticket-42".to_owned(),
+    };
+    let flags = client.kv("ticket-flags").in_session(session.clone());
+    flags
+        .set("ticket:42")
+        .json(&serde_json::json!({"escalated": true}))
+        .expect("json")
+        .send()
+        .await
+        .expect("set");
+    let entry = flags.get_entry("ticket:42").await.expect("get").expect("entry");
+    assert_eq!(
+        entry.session.as_ref(),
+        Some(&session),
+        "the link is stored with the entry"
+    );
+    let version = flags
+        .set("ticket:43")
+        .bytes("x")
+        .expect_absent()
+        .commit()
+        .await
+        .expect("cas");
+    flags.patch("ticket:42", br#"{"owner":"ana"}"#).await.expect("patch");
+    flags.delete("ticket:43").await.expect("delete");
+    assert!(version > 0);
+    client
+        .kv("other")
+        .in_session(session.clone())
+        .set("note")
+        .bytes("n")
+        .send()
+        .await
+        .expect("set");
+    // An unlinked write replaces the link with none.
+    client
+        .kv("ticket-flags")
+        .set("ticket:44")
+        .bytes("y")
+        .send()
+        .await
+        .expect("unlinked");
+    assert_eq!(
+        client
+            .kv("ticket-flags")
+            .get_entry("ticket:44")
+            .await
+            .expect("get")
+            .expect("entry")
+            .session,
+        None
+    );
+
+    let written = client.session_keys(&session).await.expect("session keys");
+    assert_eq!(
+        written,
+        vec![
+            ("other".to_owned(), b"note".to_vec()),
+            ("ticket-flags".to_owned(), b"ticket:42".to_vec()),
+            ("ticket-flags".to_owned(), b"ticket:43".to_vec()),
+        ],
+        "every key the session set, swapped, patched or deleted, once"
+    );
+    let elsewhere = lode_client::protocol::SessionLink {
+        stream: "support".to_owned(),
+        session_id: "ticket-7".to_owned(),
+    };
+    assert!(client.session_keys(&elsewhere).await.expect("empty").is_empty());
+    let bad = lode_client::protocol::SessionLink {
+        stream: String::new(),
+        session_id: "x".to_owned(),
+    };
+    let refused = client
+        .kv("k")
+        .in_session(bad)
+        .set("a")
+        .bytes("b")
+        .send()
+        .await
+        .expect_err("empty stream");
+    assert!(
+        refused.to_string().contains("session stream must not be empty"),
+        "{refused}"
+    );
+    cluster.assert_no_errors();
+}

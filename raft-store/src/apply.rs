@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{
     Command, CommandOutcome, CommandV1, Encoding, OpId, Operation, OperationResult, Precondition, Proposal, Rejection,
-    Selector,
+    Selector, SessionLink,
 };
 use crate::engine::{Engine, Space, WriteBatch};
 use crate::entry::{SourceId, StoredEntry};
@@ -271,6 +271,7 @@ fn apply_operation<E: Engine>(
             expires_at_micros,
             precondition,
             fence,
+            session,
         } => {
             if let Some(fence) = fence {
                 let lease_key = keys::entry_key(&keys::lease_namespace(&fence.namespace), &fence.key);
@@ -304,11 +305,18 @@ fn apply_operation<E: Engine>(
                 version,
                 expires_at_micros: *expires_at_micros,
                 source,
+                session: session.clone(),
             };
             overlay.put(batch, entry_key, entry)?;
+            record_session(overlay, batch, session.as_ref(), namespace, key, version, source)?;
             OperationResult::Set { version }
         }
-        Operation::Delete { namespace, key } => {
+        Operation::Delete {
+            namespace,
+            key,
+            session,
+        } => {
+            record_session(overlay, batch, session.as_ref(), namespace, key, version, source)?;
             let previous = overlay.remove(batch, keys::entry_key(namespace, key))?;
             let removed_live_entry = previous.is_some_and(|entry| entry.is_live_at(now_micros));
             OperationResult::Delete { removed_live_entry }
@@ -331,7 +339,12 @@ fn apply_operation<E: Engine>(
             overlay.put(batch, entry_key, entry)?;
             OperationResult::Expire { version: unchanged }
         }
-        Operation::Patch { namespace, key, patch } => {
+        Operation::Patch {
+            namespace,
+            key,
+            patch,
+            session,
+        } => {
             let entry_key = keys::entry_key(namespace, key);
             let Some(entry) = live(overlay, &entry_key, now_micros)? else {
                 return Ok(Err(not_found(namespace, key)));
@@ -344,9 +357,11 @@ fn apply_operation<E: Engine>(
                 value,
                 version,
                 source,
+                session: session.clone(),
                 ..entry
             };
             overlay.put(batch, entry_key, patched)?;
+            record_session(overlay, batch, session.as_ref(), namespace, key, version, source)?;
             OperationResult::Patch { version }
         }
         Operation::Copy {
@@ -392,6 +407,7 @@ fn apply_operation<E: Engine>(
                 version,
                 expires_at_micros: Some(expires_at_micros),
                 source,
+                session: None,
             };
             overlay.put(batch, lease_key, lease)?;
             OperationResult::AcquireLease {
@@ -455,6 +471,31 @@ fn apply_operation<E: Engine>(
         )?,
     };
     Ok(Ok(result))
+}
+
+/// Records that `session` wrote `key` of `namespace`, so the keys a session
+/// wrote can be listed; the record's version is the write's.
+fn record_session<E: Engine>(
+    overlay: &mut Overlay<'_, E>,
+    batch: &mut WriteBatch,
+    session: Option<&SessionLink>,
+    namespace: &str,
+    key: &[u8],
+    version: u64,
+    source: SourceId,
+) -> Result<(), EngineError> {
+    let Some(session) = session else {
+        return Ok(());
+    };
+    let record = StoredEntry {
+        value: Vec::new(),
+        encoding: Encoding::Bytes,
+        version,
+        expires_at_micros: None,
+        source,
+        session: Some(session.clone()),
+    };
+    overlay.put(batch, keys::session_index_key(session, namespace, key), record)
 }
 
 /// Removes the selected entries among the next `entries_max` of the range.

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use lode_types::{Encoding, Fence, Operation, OperationResult, Precondition, Selector};
+pub use lode_types::{Encoding, Fence, Operation, OperationResult, Precondition, Selector, SessionLink};
 
 /// A client-chosen operation id: a command carrying one is applied at most
 /// once while its dedup record is retained.
@@ -121,9 +121,17 @@ impl Command {
         let Command::V1(command) = self;
         let mut keys = Vec::new();
         for operation in &command.operations {
+            if let Some(session) = operation.session() {
+                if let Operation::Set { namespace, key, .. }
+                | Operation::Delete { namespace, key, .. }
+                | Operation::Patch { namespace, key, .. } = operation
+                {
+                    keys.push(crate::keys::session_index_key(session, namespace, key));
+                }
+            }
             match operation {
                 Operation::Set { namespace, key, .. }
-                | Operation::Delete { namespace, key }
+                | Operation::Delete { namespace, key, .. }
                 | Operation::Expire { namespace, key, .. }
                 | Operation::Patch { namespace, key, .. } => keys.push(crate::keys::entry_key(namespace, key)),
                 Operation::Copy {

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Encoding;
+use crate::command::{Encoding, SessionLink};
 
 /// The log id of the command that wrote an entry: where to find it in the
 /// log while the log still holds it.
@@ -23,6 +23,8 @@ pub struct StoredEntry {
     /// Absolute expiry in microseconds since the epoch.
     pub expires_at_micros: Option<u64>,
     pub source: SourceId,
+    /// The session whose write last set the value, if it named one.
+    pub session: Option<SessionLink>,
 }
 
 impl StoredEntry {

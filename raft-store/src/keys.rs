@@ -28,6 +28,17 @@ pub fn lease_namespace(namespace: &str) -> String {
     format!("\0lease\0{namespace}")
 }
 
+/// The internal namespace that lists the keys written under a session.
+pub fn session_namespace(session: &crate::command::SessionLink) -> String {
+    format!("\0session\0{}\0{}", session.stream, session.session_id)
+}
+
+/// The stored key recording that `session` wrote `key` of `namespace`: the
+/// index entry's own key is the written entry's stored key.
+pub fn session_index_key(session: &crate::command::SessionLink, namespace: &str, key: &[u8]) -> Vec<u8> {
+    entry_key(&session_namespace(session), &entry_key(namespace, key))
+}
+
 /// The prefix every key of a namespace starts with.
 pub fn namespace_prefix(namespace: &str) -> Vec<u8> {
     let length = u16::try_from(namespace.len()).unwrap_or(u16::MAX);

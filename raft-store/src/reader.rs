@@ -30,6 +30,15 @@ impl<E: Engine> Clone for StateReader<E> {
     }
 }
 
+/// One page of the keys written under a session.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SessionKeysPage {
+    /// (namespace, key) pairs in order.
+    pub keys: Vec<(String, Vec<u8>)>,
+    /// Where the next page starts; `None` once done.
+    pub resume_after: Option<Vec<u8>>,
+}
+
 /// A live lease as the state machine holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseInfo {
@@ -185,6 +194,27 @@ impl<E: Engine> StateReader<E> {
             }
         }
         Ok(names)
+    }
+
+    /// One page of the (namespace, key) pairs written under `session`, in
+    /// order, after the stored pair `after` (as `resume_after` returned it).
+    pub fn session_keys(
+        &self,
+        session: &crate::command::SessionLink,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<SessionKeysPage, EngineError> {
+        let page = self.scan(&keys::session_namespace(session), &Selector::All, after, limit, 0)?;
+        let mut keys = Vec::with_capacity(page.entries.len());
+        for (stored_key, _) in page.entries {
+            let pair = keys::split_entry_key(&stored_key)
+                .ok_or_else(|| EngineError::corrupt("session index key", "no namespace prefix"))?;
+            keys.push(pair);
+        }
+        Ok(SessionKeysPage {
+            keys,
+            resume_after: page.resume_after,
+        })
     }
 
     /// The live lease at (`namespace`, `key`): its holder, token and expiry.

@@ -29,6 +29,7 @@ fn command(index: u64) -> Command {
             expires_at_micros: None,
             precondition: None,
             fence: None,
+            session: None,
         }],
     })
 }

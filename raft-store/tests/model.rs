@@ -191,6 +191,7 @@ impl Model {
                 expires_at_micros,
                 precondition,
                 fence,
+                session: _,
             } => {
                 if let Some(fence) = fence {
                     if precondition.is_none() {
@@ -226,7 +227,7 @@ impl Model {
                 );
                 Ok(OperationResult::Set { version })
             }
-            Operation::Delete { namespace, key } => {
+            Operation::Delete { namespace, key, .. } => {
                 let removed = self.entries.remove(&(namespace.clone(), key.clone()));
                 Ok(OperationResult::Delete {
                     removed_live_entry: removed.is_some_and(|entry| entry.live_at(now)),
@@ -249,7 +250,9 @@ impl Model {
                 self.entries.insert((namespace.clone(), key.clone()), entry);
                 Ok(OperationResult::Expire { version: unchanged })
             }
-            Operation::Patch { namespace, key, patch } => {
+            Operation::Patch {
+                namespace, key, patch, ..
+            } => {
                 let live = self
                     .live(namespace, key, now)
                     .cloned()
@@ -432,6 +435,7 @@ fn operation(step: &Step, model: &Model, now: u64) -> Option<Operation> {
                 expires_at_micros: ttl.map(|ttl| now + ttl),
                 precondition,
                 fence,
+                session: None,
             }
         }
         Step::Acquire {
@@ -472,6 +476,7 @@ fn operation(step: &Step, model: &Model, now: u64) -> Option<Operation> {
         Step::Delete { namespace: n, key: k } => Operation::Delete {
             namespace: namespace(n),
             key: key(k),
+            session: None,
         },
         Step::Expire {
             namespace: n,
@@ -490,6 +495,7 @@ fn operation(step: &Step, model: &Model, now: u64) -> Option<Operation> {
             namespace: namespace(n),
             key: key(k),
             patch: json!({ "p": number, "m": { "k": null } }).to_string().into_bytes(),
+            session: None,
         },
         Step::Copy {
             namespace: n,

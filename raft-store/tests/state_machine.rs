@@ -22,6 +22,7 @@ fn set(key: &str, value: &str, expires_at_micros: Option<u64>) -> Operation {
         expires_at_micros,
         precondition: None,
         fence: None,
+        session: None,
     }
 }
 
@@ -29,6 +30,7 @@ fn delete(key: &str) -> Operation {
     Operation::Delete {
         namespace: "ns".to_owned(),
         key: key.as_bytes().to_vec(),
+        session: None,
     }
 }
 
@@ -164,6 +166,7 @@ async fn an_invalid_command_applies_nothing() -> TestResult {
         expires_at_micros: None,
         precondition: None,
         fence: None,
+        session: None,
     };
     let outcome = apply_one(&mut state, entry(1, 1, Some(9), vec![set("ok", "1", None), oversized])).await?;
     match outcome.result {

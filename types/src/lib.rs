@@ -69,11 +69,15 @@ pub enum Operation {
         /// with this token; otherwise the command is refused with
         /// `lease_lost`. A fenced write also needs a precondition.
         fence: Option<Fence>,
+        /// The session this write belongs to; stored with the entry.
+        session: Option<SessionLink>,
     },
     Delete {
         namespace: String,
         #[serde(with = "serde_bytes")]
         key: Vec<u8>,
+        /// The session this delete belongs to.
+        session: Option<SessionLink>,
     },
     /// Physically removes up to `entries_max` entries whose expiry is at or
     /// before the command's time. Proposed by the leader so that every
@@ -93,6 +97,8 @@ pub enum Operation {
         key: Vec<u8>,
         #[serde(with = "serde_bytes")]
         patch: Vec<u8>,
+        /// The session this patch belongs to; stored with the entry.
+        session: Option<SessionLink>,
     },
     /// Writes a live entry's value, encoding and remaining expiry to another
     /// key (overwriting it), and with `remove_source` removes the source.
@@ -145,6 +151,22 @@ pub enum Operation {
         holder: String,
         token: u64,
     },
+}
+
+/// The session a write belongs to: the session's stream (by name, never a
+/// numeric id) and the session's id.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SessionLink {
+    pub stream: String,
+    pub session_id: String,
+}
+
+impl SessionLink {
+    /// Checks the link's names against their limits.
+    pub fn validate(&self) -> Result<(), String> {
+        limits::check_name("session stream", &self.stream)?;
+        limits::check_name("session id", &self.session_id)
+    }
 }
 
 /// A lease that must be held, with this token, for a fenced write to apply.
@@ -206,8 +228,21 @@ pub enum OperationResult {
 }
 
 impl Operation {
+    /// The session a write names, if any.
+    pub fn session(&self) -> Option<&SessionLink> {
+        match self {
+            Operation::Set { session, .. } | Operation::Delete { session, .. } | Operation::Patch { session, .. } => {
+                session.as_ref()
+            }
+            _ => None,
+        }
+    }
+
     /// Checks the limits of one operation; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(session) = self.session() {
+            session.validate()?;
+        }
         use crate::limits::{check_key, check_namespace, check_value, DELETE_RANGE_ENTRIES_MAX, SWEEP_ENTRIES_MAX};
         match self {
             Operation::Set {
@@ -239,11 +274,13 @@ impl Operation {
                 }
                 Ok(())
             }
-            Operation::Delete { namespace, key } | Operation::Expire { namespace, key, .. } => {
+            Operation::Delete { namespace, key, .. } | Operation::Expire { namespace, key, .. } => {
                 check_namespace(namespace)?;
                 check_key(key)
             }
-            Operation::Patch { namespace, key, patch } => {
+            Operation::Patch {
+                namespace, key, patch, ..
+            } => {
                 check_namespace(namespace)?;
                 check_key(key)?;
                 check_value(patch).map_err(|message| message.replacen("value", "patch", 1))
@@ -404,10 +441,12 @@ pub fn write_size_bytes(operations: &[Operation]) -> usize {
                         .as_ref()
                         .map_or(0, |fence| fence.namespace.len() + fence.key.len())
             }
-            Operation::Delete { namespace, key } | Operation::Expire { namespace, key, .. } => {
+            Operation::Delete { namespace, key, .. } | Operation::Expire { namespace, key, .. } => {
                 namespace.len() + key.len()
             }
-            Operation::Patch { namespace, key, patch } => namespace.len() + key.len() + patch.len(),
+            Operation::Patch {
+                namespace, key, patch, ..
+            } => namespace.len() + key.len() + patch.len(),
             Operation::Copy {
                 namespace,
                 key,

@@ -66,6 +66,27 @@ pub const HOLDER_BYTES_MAX: usize = 256;
 /// may be configured lower, never higher.
 pub const LEASE_TTL_MICROS_MAX: u64 = 24 * 3600 * 1_000_000;
 
+/// Longest session stream name or session id, in bytes.
+pub const SESSION_NAME_BYTES_MAX: usize = 256;
+
+/// Checks a session stream name or id: not empty, no NUL, within
+/// `session_name_bytes_max`.
+pub fn check_name(field: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("{field} must not be empty"));
+    }
+    if name.contains('\0') {
+        return Err(format!("{field} must not contain a NUL character"));
+    }
+    if name.len() > SESSION_NAME_BYTES_MAX {
+        return Err(format!(
+            "{field} is {} bytes, over the limit session_name_bytes_max = {SESSION_NAME_BYTES_MAX}",
+            name.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a lease holder id; the message names the field and the limit.
 pub fn check_holder(holder: &str) -> Result<(), String> {
     if holder.is_empty() {
