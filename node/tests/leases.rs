@@ -282,3 +282,98 @@ async fn the_lease_cli_acquires_renews_shows_and_releases() {
     assert_eq!(gone.status.code(), Some(1));
     cluster.assert_no_errors();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ambiguous_acquisition_waits_out_its_ttl_behind_a_gate_that_outlives_the_caller() {
+    let cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let options = lode_client::ClientOptions {
+        attempt_timeout: Duration::from_millis(300),
+        call_timeout: Duration::from_millis(600),
+        ..lode_client::ClientOptions::default()
+    };
+    let client = Client::with_options([cluster.members[&leader].address.clone()], options).expect("client");
+    let kv = client.kv(NAMESPACE);
+    kv.lease("warm-up", "w", Duration::from_secs(1)).await.expect("warm up");
+    let ttl = Duration::from_millis(1500);
+
+    cluster.signal(leader, "STOP");
+    let started = tokio::time::Instant::now();
+    let error = kv.lease(LOCK, "worker-a", ttl).await.expect_err("no answer");
+    assert!(started.elapsed() >= ttl, "the call returned before waiting out the TTL");
+    assert_eq!(
+        error.ambiguous_recovery(),
+        Some(&lode_client::MutationRecovery::WaitOutLeaseTtl { ttl_micros: 1_500_000 })
+    );
+
+    // A caller that gives up during the wait does not open the gate: the
+    // next acquisition on this client waits for the first one's TTL.
+    let abandoned = {
+        let kv = kv.clone();
+        tokio::spawn(async move { kv.lease(LOCK, "worker-b", ttl).await })
+    };
+    let abandoned_at = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    abandoned.abort();
+    cluster.signal(leader, "CONT");
+    kv.lease("another-lock", "worker-c", Duration::from_secs(5))
+        .await
+        .expect("acquire after the gate opens");
+    assert!(
+        abandoned_at.elapsed() >= Duration::from_millis(600) + ttl,
+        "the next acquisition went through the gate before the abandoned one's wait ended"
+    );
+    cluster.assert_no_errors_except(&["Unreachable node", "NetworkError", "Timeout", "timeout"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_and_fences_follow_stream_scoping_and_a_timed_out_barriered_read_is_a_plain_timeout() {
+    let cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let scoped = Client::with_options(
+        cluster.endpoints(),
+        lode_client::ClientOptions {
+            default_stream: Some("orders".to_owned()),
+            ..lode_client::ClientOptions::default()
+        },
+    )
+    .expect("client");
+    let kv = scoped.kv(NAMESPACE);
+    let lease = kv
+        .lease(LOCK, "worker-a", Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    // The lease lives in the scoped coordination namespace.
+    let unscoped = cluster.client();
+    let shown = unscoped
+        .kv(format!("stream:orders/{NAMESPACE}"))
+        .lease_info(LOCK)
+        .await
+        .expect("show");
+    assert_eq!(shown.map(|lease| lease.token), Some(lease.token));
+    assert!(unscoped.kv(NAMESPACE).lease_info(LOCK).await.expect("show").is_none());
+    // The fence names the namespace as the application knows it.
+    kv.cas_fenced("job", NAMESPACE, LOCK, lease.token)
+        .bytes("v")
+        .expect_absent()
+        .commit()
+        .await
+        .expect("fenced write in the scoped namespace");
+
+    let dedicated = lode_client::FencedLeaseClient::connect_dedicated(&cluster.members[&leader].address)
+        .expect("client")
+        .with_attempt_timeout(Duration::from_millis(400));
+    cluster.signal(leader, "STOP");
+    let read = lode_client::fenced::KvGet {
+        namespace: NAMESPACE.to_owned(),
+        key: b"job".to_vec(),
+        position: 1,
+    };
+    let error = dedicated.get(&read).await.expect_err("no answer");
+    assert!(
+        matches!(error, LodeError::Timeout(_)),
+        "a read is never ambiguous: {error:?}"
+    );
+    cluster.signal(leader, "CONT");
+    cluster.assert_no_errors_except(&["Unreachable node", "NetworkError", "Timeout", "timeout"]);
+}
