@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use tarpc::tokio_serde::formats::Bincode;
 use tarpc::tokio_util::codec::length_delimited::LengthDelimitedCodec;
-use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 use crate::error::LodeError;
@@ -38,8 +37,7 @@ pub fn context() -> tarpc::context::Context {
 
 /// Dials `address` and starts a tarpc client on the connection.
 pub async fn dial(address: &str) -> std::io::Result<LodeServiceClient> {
-    let stream = TcpStream::connect(address).await?;
-    stream.set_nodelay(true)?;
+    let stream = crate::facade::connect(address).await?;
     let transport = tarpc::serde_transport::new(codec().new_framed(stream), Bincode::default());
     Ok(LodeServiceClient::new(tarpc::client::Config::default(), transport).spawn())
 }

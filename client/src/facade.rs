@@ -1,20 +1,64 @@
-//! The one door through which Lode reads the wall clock and draws random
-//! numbers, so that a deterministic simulation can replace both.
+//! The one door through which Lode reads the wall clock, draws random
+//! numbers and opens sockets, so that a deterministic simulation can replace
+//! all three.
 //!
-//! Timers and sockets go through tokio (`tokio::time`, `tokio::net`), which a
-//! simulation replaces as a whole. Wall-clock time (command stamps, TTLs,
-//! expiry checks on reads) and randomness (operation ids) come from here: a
+//! Timers go through `tokio::time`, which a simulation drives. Wall-clock
+//! time (command stamps, TTLs, expiry checks on reads), randomness
+//! (operation ids) and TCP connections and listeners come from here: a
 //! process uses the system's unless it installs another environment first.
 
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// A source of time and randomness.
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// A boxed future of the environment's.
+pub type EnvironmentFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A byte stream between two endpoints: a TCP connection, or its simulated
+/// stand-in.
+pub trait ByteStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> ByteStream for T {}
+
+/// A listening socket.
+pub trait Listener: Send + 'static {
+    /// The address the listener is bound to.
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+    fn accept(&self) -> EnvironmentFuture<'_, io::Result<(Box<dyn ByteStream>, SocketAddr)>>;
+}
+
+/// A source of time, randomness and sockets.
 pub trait Environment: Send + Sync + 'static {
     /// Wall-clock time in microseconds since the Unix epoch.
     fn now_micros(&self) -> u64;
     /// A uniformly random 128-bit number.
     fn random_u128(&self) -> u128;
+    /// Opens a connection to `address` (`host:port`).
+    fn connect<'a>(&'a self, address: &'a str) -> EnvironmentFuture<'a, io::Result<Box<dyn ByteStream>>>;
+    /// Listens on `address` (`host:port`; port 0 picks a free one).
+    fn bind<'a>(&'a self, address: &'a str) -> EnvironmentFuture<'a, io::Result<Box<dyn Listener>>>;
+}
+
+struct TcpListener(tokio::net::TcpListener);
+
+impl Listener for TcpListener {
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+
+    fn accept(&self) -> EnvironmentFuture<'_, io::Result<(Box<dyn ByteStream>, SocketAddr)>> {
+        Box::pin(async move {
+            let (stream, peer) = self.0.accept().await?;
+            // Small request-response frames: send them at once.
+            stream.set_nodelay(true)?;
+            Ok((Box::new(stream) as Box<dyn ByteStream>, peer))
+        })
+    }
 }
 
 /// The real clock and the thread RNG.
@@ -31,6 +75,21 @@ impl Environment for SystemEnvironment {
 
     fn random_u128(&self) -> u128 {
         rand::random()
+    }
+
+    fn connect<'a>(&'a self, address: &'a str) -> EnvironmentFuture<'a, io::Result<Box<dyn ByteStream>>> {
+        Box::pin(async move {
+            let stream = tokio::net::TcpStream::connect(address).await?;
+            stream.set_nodelay(true)?;
+            Ok(Box::new(stream) as Box<dyn ByteStream>)
+        })
+    }
+
+    fn bind<'a>(&'a self, address: &'a str) -> EnvironmentFuture<'a, io::Result<Box<dyn Listener>>> {
+        Box::pin(async move {
+            let listener = tokio::net::TcpListener::bind(address).await?;
+            Ok(Box::new(TcpListener(listener)) as Box<dyn Listener>)
+        })
     }
 }
 
@@ -54,4 +113,14 @@ pub fn now_micros() -> u64 {
 /// A random 128-bit number.
 pub fn random_u128() -> u128 {
     environment().random_u128()
+}
+
+/// Opens a connection to `address`.
+pub async fn connect(address: &str) -> io::Result<Box<dyn ByteStream>> {
+    environment().connect(address).await
+}
+
+/// Listens on `address`.
+pub async fn bind(address: &str) -> io::Result<Box<dyn Listener>> {
+    environment().bind(address).await
 }

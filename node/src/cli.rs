@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use lode_client::{Client, LodeError};
-use tokio::net::TcpListener;
 
 use crate::node::{Membership, Node, NodeConfig};
 
@@ -187,7 +186,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         _ => Membership::Existing,
     };
     let stop = StopSignal::install();
-    let listener = TcpListener::bind(&arguments.listen).await?;
+    let listener = lode_client::facade::bind(&arguments.listen).await?;
     let advertise = arguments
         .advertise
         .clone()

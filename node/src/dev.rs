@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Args;
-use tokio::net::TcpListener;
 
 use crate::node::{Membership, Node, NodeConfig};
 
@@ -34,7 +33,7 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
     let stop = crate::cli::StopSignal::install();
     let mut nodes = Vec::new();
     for (id, address) in &members {
-        let listener = TcpListener::bind(address).await?;
+        let listener = lode_client::facade::bind(address).await?;
         let data_dir = arguments.data_dir.join(format!("node-{id}"));
         let config = NodeConfig::new(*id, address.clone(), data_dir, Membership::Bootstrap(members.clone()));
         nodes.push(Node::start(config, listener).await?);

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lode_client::{Client, ClientOptions};
-use tokio::net::TcpListener;
 
 use crate::node::{Membership, Node, NodeConfig};
 
@@ -41,7 +40,7 @@ impl Lode {
         directory: impl Into<PathBuf>,
         options: ClientOptions,
     ) -> Result<Lode, anyhow::Error> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let listener = lode_client::facade::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?.to_string();
         let members = BTreeMap::from([(1, address.clone())]);
         let config = NodeConfig::new(1, address.clone(), directory, Membership::Bootstrap(members));

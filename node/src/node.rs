@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use lode_client::connection::codec;
+use lode_client::facade::Listener;
 use lode_client::protocol::LodeService;
 use lode_client::Client;
 use lode_raft_store::command::{Command, CommandV1, Operation};
@@ -16,7 +17,6 @@ use lode_raft_store::{LogStore, RocksEngine, StateMachineStore, StateReader, Typ
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use tarpc::server::{BaseChannel, Channel};
 use tarpc::tokio_serde::formats::Bincode;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -110,7 +110,7 @@ impl Node {
     /// Opens storage under `config.data_dir`, starts Raft and serves on
     /// `listener`. Returns once the node is serving; joining or bootstrapping
     /// continues in the background.
-    pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<Self, anyhow::Error> {
+    pub async fn start(config: NodeConfig, listener: Box<dyn Listener>) -> Result<Self, anyhow::Error> {
         use lode_raft_store::limits::{DEDUP_RETENTION_MICROS_MAX, DEDUP_RETENTION_MICROS_MIN};
         let retention_micros = config.dedup_retention_ms.saturating_mul(1000);
         if !(DEDUP_RETENTION_MICROS_MIN..=DEDUP_RETENTION_MICROS_MAX).contains(&retention_micros) {
@@ -201,7 +201,7 @@ impl Node {
     }
 }
 
-async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn serve(listener: Box<dyn Listener>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -215,7 +215,6 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Rece
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
         let transport = tarpc::serde_transport::new(codec().new_framed(stream), Bincode::default());
         let service = NodeService { shared: shared.clone() };
         let mut stop_connection = stop.clone();
