@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::{LodeError, MutationRecovery};
+use crate::kv::Lease;
 use crate::protocol::{
     Consistency, Encoding, Entry, Fence, Operation, OperationResult, Precondition, Query, QueryResult, ReadRequest,
     ReadResponse, WriteRequest, WriteResponse,
@@ -207,16 +208,6 @@ impl PreparedMutation {
     }
 }
 
-/// A granted or renewed lease.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GrantedLease {
-    pub token: u64,
-    pub lease_ttl_micros: u64,
-    /// The commit position of the grant or renewal.
-    pub position: u64,
-    pub expires_at_micros: u64,
-}
-
 /// The two-phase coordination client.
 pub struct FencedLeaseClient {
     id: u128,
@@ -379,38 +370,15 @@ impl FencedLeaseClient {
         }
     }
 
-    fn granted(response: &WriteResponse) -> Result<GrantedLease, LodeError> {
-        match response.results.first() {
-            Some(OperationResult::AcquireLease {
-                token,
-                ttl_micros,
-                expires_at_micros,
-            })
-            | Some(OperationResult::RenewLease {
-                token,
-                ttl_micros,
-                expires_at_micros,
-            }) => Ok(GrantedLease {
-                token: *token,
-                lease_ttl_micros: *ttl_micros,
-                position: response.position,
-                expires_at_micros: *expires_at_micros,
-            }),
-            other => Err(LodeError::Unavailable(format!(
-                "the server answered a lease call with {other:?}"
-            ))),
-        }
-    }
-
     /// Sends a prepared acquisition. On an ambiguous outcome the caller
     /// waits out the TTL before acquiring again (the recovery says so).
-    pub async fn acquire(&self, prepared: &PreparedMutation) -> Result<GrantedLease, LodeError> {
-        Self::granted(&self.send(prepared, PreparedKind::Acquire).await?)
+    pub async fn acquire(&self, prepared: &PreparedMutation) -> Result<Lease, LodeError> {
+        Lease::from_response(&self.send(prepared, PreparedKind::Acquire).await?)
     }
 
     /// Sends a prepared renewal; repeat it after an ambiguous outcome.
-    pub async fn renew(&self, prepared: &PreparedMutation) -> Result<GrantedLease, LodeError> {
-        Self::granted(&self.send(prepared, PreparedKind::Renew).await?)
+    pub async fn renew(&self, prepared: &PreparedMutation) -> Result<Lease, LodeError> {
+        Lease::from_response(&self.send(prepared, PreparedKind::Renew).await?)
     }
 
     /// Sends a prepared release; true when a held lease was released.

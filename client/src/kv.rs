@@ -13,7 +13,7 @@ use crate::codec::{Codec, JsonCodec, MsgpackCodec};
 use crate::error::LodeError;
 use crate::protocol::{
     Capability, Consistency, Encoding, Entry, EntryMeta, Fence, LeaseInfo, Operation, OperationResult, Precondition,
-    Query, QueryResult, ReadRequest, Selector, SessionLink, WriteRequest,
+    Query, QueryResult, ReadRequest, Selector, SessionLink, WriteRequest, WriteResponse,
 };
 use crate::sdk::{new_op_id, Client};
 
@@ -67,6 +67,30 @@ pub struct Lease {
     pub position: u64,
     /// When the lease expires, in the cluster's log time.
     pub expires_at_micros: u64,
+}
+
+impl Lease {
+    /// The lease a grant or renewal answered.
+    pub(crate) fn from_response(response: &WriteResponse) -> Result<Lease, LodeError> {
+        match response.results.first() {
+            Some(OperationResult::AcquireLease {
+                token,
+                ttl_micros,
+                expires_at_micros,
+            })
+            | Some(OperationResult::RenewLease {
+                token,
+                ttl_micros,
+                expires_at_micros,
+            }) => Ok(Lease {
+                token: *token,
+                ttl: Duration::from_micros(*ttl_micros),
+                position: response.position,
+                expires_at_micros: *expires_at_micros,
+            }),
+            other => Err(unexpected("a lease call", &other)),
+        }
+    }
 }
 
 fn duration_micros(duration: Duration) -> u64 {
@@ -223,20 +247,7 @@ impl Kv {
             operations: vec![operation],
         };
         validate_operations(&request.operations)?;
-        let response = self.client.acquire_gated(request, ttl).await?;
-        match response.results.first() {
-            Some(OperationResult::AcquireLease {
-                token,
-                ttl_micros,
-                expires_at_micros,
-            }) => Ok(Lease {
-                token: *token,
-                ttl: Duration::from_micros(*ttl_micros),
-                position: response.position,
-                expires_at_micros: *expires_at_micros,
-            }),
-            other => Err(unexpected("lease", &other)),
-        }
+        Lease::from_response(&self.client.acquire_gated(request, ttl).await?)
     }
 
     /// Extends a held lease to `ttl` from now, keeping its token; fails
@@ -260,20 +271,7 @@ impl Kv {
             op_id: new_op_id(),
             operations: vec![operation],
         };
-        let response = self.client.write(request).await?;
-        match response.results.first() {
-            Some(OperationResult::RenewLease {
-                token,
-                ttl_micros,
-                expires_at_micros,
-            }) => Ok(Lease {
-                token: *token,
-                ttl: Duration::from_micros(*ttl_micros),
-                position: response.position,
-                expires_at_micros: *expires_at_micros,
-            }),
-            other => Err(unexpected("renew_lease", &other)),
-        }
+        Lease::from_response(&self.client.write(request).await?)
     }
 
     /// Revokes a held lease at once; true when one was released, false when
