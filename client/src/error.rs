@@ -62,9 +62,13 @@ pub enum LodeError {
     /// The request did not finish within its time limit.
     #[error("timeout: {0}")]
     Timeout(String),
-    /// A requested log position is older than what is retained.
-    #[error("compacted: position {requested} is older than the oldest retained {oldest}")]
-    Compacted { requested: u64, oldest: u64 },
+    /// A requested change log position is older than what is retained;
+    /// reading after `trimmed_through` is possible.
+    #[error("compacted: changes after {requested:?} were trimmed through {trimmed_through:?}")]
+    Compacted {
+        requested: (u64, u32),
+        trimmed_through: (u64, u32),
+    },
 }
 
 impl LodeError {
@@ -82,6 +86,9 @@ impl LodeError {
     }
     pub fn is_stale(&self) -> bool {
         matches!(self, LodeError::Stale { .. })
+    }
+    pub fn is_compacted(&self) -> bool {
+        matches!(self, LodeError::Compacted { .. })
     }
     pub fn is_ambiguous_mutation(&self) -> bool {
         matches!(self, LodeError::AmbiguousMutation { .. })

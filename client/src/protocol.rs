@@ -6,7 +6,9 @@ pub use serde_bytes::ByteBuf;
 
 use crate::error::LodeError;
 
-pub use lode_types::{Encoding, Fence, Operation, OperationResult, Precondition, Selector, SessionLink};
+pub use lode_types::{
+    ChangeEvent, ChangeKind, Encoding, Fence, Operation, OperationResult, Precondition, Selector, SessionLink,
+};
 
 /// An atomic batch of operations with the op id that makes retries safe.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +73,16 @@ pub enum Query {
         after: Option<Vec<u8>>,
         limit: u32,
     },
+    /// Change events after a change log position, in commit order, of
+    /// namespaces starting with `namespace_prefix`. Waits up to `wait_ms`
+    /// for new events when there are none yet.
+    Changes {
+        after_index: u64,
+        after_sequence: u32,
+        namespace_prefix: String,
+        limit: u32,
+        wait_ms: u64,
+    },
     /// The live lease at a key of a coordination namespace.
     Lease {
         namespace: String,
@@ -97,6 +109,11 @@ pub enum QueryResult {
         keys: Vec<(String, ByteBuf)>,
         #[serde(with = "serde_bytes")]
         resume_after: Option<Vec<u8>>,
+    },
+    Changes {
+        events: Vec<ChangeEvent>,
+        /// Where the next read continues: (log index, sequence).
+        resume_after: (u64, u32),
     },
 }
 
@@ -161,6 +178,31 @@ impl Query {
                 if *limit == 0 || *limit as usize > SCAN_PAGE_ENTRIES_MAX {
                     return Err(format!(
                         "limit must be 1 to scan_page_entries_max = {SCAN_PAGE_ENTRIES_MAX}"
+                    ));
+                }
+                Ok(())
+            }
+            Query::Changes {
+                namespace_prefix,
+                limit,
+                wait_ms,
+                ..
+            } => {
+                use crate::limits::{CHANGES_PAGE_EVENTS_MAX, CHANGES_WAIT_MS_MAX};
+                if namespace_prefix.len() > NAMESPACE_BYTES_MAX {
+                    return Err(format!(
+                        "namespace_prefix is {} bytes, over the limit namespace_bytes_max = {NAMESPACE_BYTES_MAX}",
+                        namespace_prefix.len()
+                    ));
+                }
+                if *limit == 0 || *limit as usize > CHANGES_PAGE_EVENTS_MAX {
+                    return Err(format!(
+                        "limit must be 1 to changes_page_events_max = {CHANGES_PAGE_EVENTS_MAX}"
+                    ));
+                }
+                if *wait_ms > CHANGES_WAIT_MS_MAX {
+                    return Err(format!(
+                        "wait_ms is {wait_ms}, over the limit changes_wait_ms_max = {CHANGES_WAIT_MS_MAX}"
                     ));
                 }
                 Ok(())

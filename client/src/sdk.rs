@@ -205,6 +205,13 @@ impl Client {
         }
     }
 
+    /// The change feed after position `after` (log index, sequence): `(0,
+    /// 0)` for everything retained, `(write_position, u32::MAX)` for what
+    /// follows a write.
+    pub fn changes(&self, after: (u64, u32)) -> crate::changes::Changes {
+        crate::changes::Changes::new(self.clone(), after)
+    }
+
     /// What the cluster offers; asked once, then remembered.
     pub async fn capabilities(&self) -> Result<Vec<Capability>, LodeError> {
         let capabilities = self

@@ -70,6 +70,14 @@ pub struct NodeArguments {
     /// How long a mutation's op id stays deduplicated (1m to 7d).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub dedup_retention: Duration,
+    /// Most change events kept for subscribers (at least 1).
+    #[arg(long, default_value_t = lode_client::limits::CHANGE_EVENTS_MAX_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub change_log_events_max: u64,
+    /// Most bytes of change events kept for subscribers (at least 1).
+    #[arg(long, default_value_t = lode_client::limits::CHANGE_BYTES_MAX_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub change_log_bytes_max: u64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -195,6 +203,8 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     config.snapshot_logs_max = arguments.snapshot_logs_max;
     config.lease_ttl_ms_max = arguments.lease_ttl_ms_max;
     config.dedup_retention_ms = u64::try_from(arguments.dedup_retention.as_millis()).unwrap_or(u64::MAX);
+    config.change_log_events_max = arguments.change_log_events_max;
+    config.change_log_bytes_max = arguments.change_log_bytes_max;
     let node = Node::start(config, listener).await?;
     stop.wait().await;
     tracing::info!("stop signal received; shutting down");

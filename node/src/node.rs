@@ -11,7 +11,7 @@ use lode_client::connection::codec;
 use lode_client::facade::Listener;
 use lode_client::protocol::LodeService;
 use lode_client::Client;
-use lode_raft_store::command::{Command, CommandV1, Operation};
+use lode_raft_store::command::{Command, CommandV1, Operation, Retention};
 use lode_raft_store::limits::SWEEP_ENTRIES_MAX;
 use lode_raft_store::{LogStore, RocksEngine, StateMachineStore, StateReader, TypeConfig};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
@@ -64,6 +64,10 @@ pub struct NodeConfig {
     pub lease_ttl_ms_max: u64,
     /// How long op ids proposed by this node as leader stay deduplicated.
     pub dedup_retention_ms: u64,
+    /// Most change events the cluster keeps while this node leads.
+    pub change_log_events_max: u64,
+    /// Most bytes of change events the cluster keeps while this node leads.
+    pub change_log_bytes_max: u64,
 }
 
 impl NodeConfig {
@@ -81,6 +85,8 @@ impl NodeConfig {
             sweep_interval_ms: 1_000,
             lease_ttl_ms_max: 300_000,
             dedup_retention_ms: lode_raft_store::limits::DEDUP_RETENTION_MICROS / 1000,
+            change_log_events_max: lode_raft_store::limits::CHANGE_EVENTS_MAX_DEFAULT,
+            change_log_bytes_max: lode_raft_store::limits::CHANGE_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -152,7 +158,14 @@ impl Node {
             raft: raft.clone(),
             reader,
             read_index,
-            proposer: Proposer::start(raft.clone(), config.dedup_retention_ms.saturating_mul(1000)),
+            proposer: Proposer::start(
+                raft.clone(),
+                Retention {
+                    dedup_micros: config.dedup_retention_ms.saturating_mul(1000),
+                    change_events_max: config.change_log_events_max,
+                    change_bytes_max: config.change_log_bytes_max,
+                },
+            ),
             peers,
             config: config.clone(),
             in_flight: Arc::new(()),

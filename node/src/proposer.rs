@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use lode_client::error::LeaderHint;
 use lode_client::LodeError;
-use lode_raft_store::command::{Command, CommandOutcome, OpId, Proposal};
+use lode_raft_store::command::{Command, CommandOutcome, OpId, Proposal, Retention};
 use lode_raft_store::TypeConfig;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft};
@@ -65,9 +65,9 @@ pub fn write_error(error: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> L
 
 impl Proposer {
     /// Starts the proposing task for `raft`.
-    pub fn start(raft: Raft<TypeConfig>, dedup_retention_micros: u64) -> Self {
+    pub fn start(raft: Raft<TypeConfig>, retention: Retention) -> Self {
         let (waiting, receiver) = mpsc::channel(COMMANDS_WAITING_MAX);
-        tokio::spawn(run(raft, receiver, dedup_retention_micros));
+        tokio::spawn(run(raft, receiver, retention));
         Self {
             waiting,
             last_stamp_micros: Arc::new(AtomicU64::new(0)),
@@ -143,7 +143,7 @@ fn take_group(queue: &mut VecDeque<Waiting>) -> Vec<Waiting> {
     group
 }
 
-async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, dedup_retention_micros: u64) {
+async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, retention: Retention) {
     let in_flight = Arc::new(Semaphore::new(PROPOSALS_IN_FLIGHT_MAX));
     let mut queue: VecDeque<Waiting> = VecDeque::new();
     loop {
@@ -170,13 +170,7 @@ async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, dedu
                 .map(|waiting| (waiting.command, waiting.reply))
                 .unzip();
             let count = commands.len();
-            match raft
-                .client_write(Proposal {
-                    commands,
-                    dedup_retention_micros,
-                })
-                .await
-            {
+            match raft.client_write(Proposal { commands, retention }).await {
                 Ok(response) if response.data.outcomes.len() == count => {
                     for (reply, outcome) in replies.into_iter().zip(response.data.outcomes) {
                         // A writer that gave up has dropped its receiver.

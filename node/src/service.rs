@@ -106,17 +106,26 @@ impl NodeService {
         // The position is read before the state, so the state served is at
         // least as new as the position reported.
         let position = self.shared.reader.applied_index();
-        let result = self.answer(&request.query, facade::now_micros()).map_err(|error| {
-            tracing::error!(%error, "reading the state failed");
-            LodeError::Unavailable(format!("storage error: {error}"))
-        })?;
+        let result = self.answer(&request.query, facade::now_micros())?;
         Ok(ReadResponse { result, position })
     }
 
-    /// Answers a query from this replica's state as of `now_micros`.
-    fn answer(&self, query: &Query, now_micros: u64) -> Result<QueryResult, lode_raft_store::EngineError> {
+    /// Answers a query from this replica's state as of `now_micros`,
+    /// without waiting.
+    fn answer(&self, query: &Query, now_micros: u64) -> Result<QueryResult, LodeError> {
+        self.answer_from_storage(query, now_micros).map_err(|error| {
+            tracing::error!(%error, "reading the state failed");
+            LodeError::Unavailable(format!("storage error: {error}"))
+        })?
+    }
+
+    fn answer_from_storage(
+        &self,
+        query: &Query,
+        now_micros: u64,
+    ) -> Result<Result<QueryResult, LodeError>, lode_raft_store::EngineError> {
         let reader = &self.shared.reader;
-        Ok(match query {
+        Ok(Ok(match query {
             Query::Get { namespace, key } => QueryResult::Entry(
                 reader
                     .get_entry(namespace, key, now_micros)?
@@ -167,6 +176,24 @@ impl NodeService {
                     resume_after: page.resume_after,
                 }
             }
+            Query::Changes {
+                after_index,
+                after_sequence,
+                namespace_prefix,
+                limit,
+                ..
+            } => match reader.changes((*after_index, *after_sequence), *limit as usize, namespace_prefix)? {
+                Ok(page) => QueryResult::Changes {
+                    events: page.events,
+                    resume_after: page.resume_after,
+                },
+                Err(compacted) => {
+                    return Ok(Err(LodeError::Compacted {
+                        requested: compacted.requested,
+                        trimmed_through: compacted.trimmed_through,
+                    }))
+                }
+            },
             Query::Lease { namespace, key } => {
                 QueryResult::Lease(reader.lease(namespace, key, now_micros)?.map(|lease| LeaseInfo {
                     holder: lease.holder,
@@ -174,7 +201,40 @@ impl NodeService {
                     expires_at_micros: lease.expires_at_micros,
                 }))
             }
-        })
+        }))
+    }
+
+    /// Change events from this replica's change log, which holds the same
+    /// events in the same order on every member. With none yet, waits for
+    /// further applies until `wait_ms` has passed.
+    async fn read_changes(
+        &self,
+        after: (u64, u32),
+        namespace_prefix: &str,
+        limit: u32,
+        wait_ms: u64,
+    ) -> Result<ReadResponse, LodeError> {
+        let reader = &self.shared.reader;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+        loop {
+            let position = reader.applied_index();
+            let query = Query::Changes {
+                after_index: after.0,
+                after_sequence: after.1,
+                namespace_prefix: namespace_prefix.to_owned(),
+                limit,
+                wait_ms: 0,
+            };
+            let result = self.answer(&query, facade::now_micros())?;
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let progressed = matches!(&result, QueryResult::Changes { events, resume_after }
+                if !events.is_empty() || *resume_after != after);
+            if progressed || remaining.is_zero() {
+                return Ok(ReadResponse { result, position });
+            }
+            // Nothing new: wait for the next apply (or the deadline).
+            let _ = reader.wait_applied(position + 1, remaining).await;
+        }
     }
 
     async fn wait_applied(&self, position: u64) -> Result<(), LodeError> {
@@ -192,6 +252,21 @@ impl NodeService {
 
     async fn read_request(&self, request: ReadRequest) -> Result<ReadResponse, LodeError> {
         request.query.validate().map_err(LodeError::Invalid)?;
+        if let Query::Changes {
+            after_index,
+            after_sequence,
+            namespace_prefix,
+            limit,
+            wait_ms,
+        } = &request.query
+        {
+            if let Consistency::AtLeast(position) = request.consistency {
+                self.wait_applied(position).await?;
+            }
+            return self
+                .read_changes((*after_index, *after_sequence), namespace_prefix, *limit, *wait_ms)
+                .await;
+        }
         match request.consistency {
             Consistency::Eventual => self.read_local(&request),
             Consistency::AtLeast(position) => {

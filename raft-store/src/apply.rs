@@ -15,14 +15,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{
-    Command, CommandOutcome, CommandV1, Encoding, OpId, Operation, OperationResult, Precondition, Proposal, Rejection,
-    Selector, SessionLink,
+    ChangeEvent, ChangeKind, Command, CommandOutcome, CommandV1, Encoding, OpId, Operation, OperationResult,
+    Precondition, Proposal, Rejection, Selector, SessionLink,
 };
 use crate::engine::{Engine, Space, WriteBatch};
 use crate::entry::{SourceId, StoredEntry};
 use crate::error::{decode, encode, EngineError};
-use crate::keys;
-use crate::limits::DEDUP_PRUNE_PER_APPLY_MAX;
+use crate::keys::{self, meta};
+use crate::limits::{CHANGE_TRIM_PER_APPLY_MAX, DEDUP_PRUNE_PER_APPLY_MAX};
 
 /// Where an entry sits in the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +50,28 @@ struct Overlay<'a, E: Engine> {
     written: BTreeSet<Vec<u8>>,
     /// Op ids of settled commands, with their outcomes.
     outcomes: BTreeMap<OpId, CommandOutcome>,
+    /// The current command's time: what "live" means for change events.
+    now_micros: u64,
+    /// Change events of the current command, and of the settled ones.
+    pending_changes: Vec<Change>,
+    settled_changes: Vec<Change>,
+}
+
+/// A change event before it has its position.
+struct Change {
+    namespace: String,
+    key: Vec<u8>,
+    kind: ChangeKind,
+    old_value: Option<Vec<u8>>,
+    new_value: Option<Vec<u8>>,
+    encoding: Encoding,
+    version: u64,
+}
+
+/// The namespace and key of a stored entry key, when it belongs to a user
+/// namespace (Lode's own records start with NUL and emit no changes).
+fn user_key(entry_key: &[u8]) -> Option<(String, Vec<u8>)> {
+    keys::split_entry_key(entry_key).filter(|(namespace, _)| !namespace.starts_with('\0'))
 }
 
 impl<'a, E: Engine> Overlay<'a, E> {
@@ -60,6 +82,9 @@ impl<'a, E: Engine> Overlay<'a, E> {
             pending: BTreeMap::new(),
             written: BTreeSet::new(),
             outcomes: BTreeMap::new(),
+            now_micros: 0,
+            pending_changes: Vec::new(),
+            settled_changes: Vec::new(),
         }
     }
 
@@ -79,6 +104,29 @@ impl<'a, E: Engine> Overlay<'a, E> {
 
     fn put(&mut self, batch: &mut WriteBatch, entry_key: Vec<u8>, entry: StoredEntry) -> Result<(), EngineError> {
         let previous = self.get(&entry_key)?;
+        if let Some((namespace, key)) = user_key(&entry_key) {
+            let live_previous = previous
+                .as_ref()
+                .filter(|previous| previous.is_live_at(self.now_micros));
+            // An expiry change keeps value and version: not a change of value.
+            let value_changed =
+                live_previous.is_none_or(|previous| previous.version != entry.version || previous.value != entry.value);
+            if value_changed {
+                self.pending_changes.push(Change {
+                    namespace,
+                    key,
+                    kind: if live_previous.is_some() {
+                        ChangeKind::Updated
+                    } else {
+                        ChangeKind::Created
+                    },
+                    old_value: live_previous.map(|previous| previous.value.clone()),
+                    new_value: Some(entry.value.clone()),
+                    encoding: entry.encoding.clone(),
+                    version: entry.version,
+                });
+            }
+        }
         if let Some(expires_at) = previous.as_ref().and_then(|previous| previous.expires_at_micros) {
             batch.delete(Space::Expiry, keys::expiry_key(expires_at, &entry_key));
         }
@@ -92,6 +140,20 @@ impl<'a, E: Engine> Overlay<'a, E> {
 
     fn remove(&mut self, batch: &mut WriteBatch, entry_key: Vec<u8>) -> Result<Option<StoredEntry>, EngineError> {
         let previous = self.get(&entry_key)?;
+        let live_previous = previous
+            .as_ref()
+            .filter(|previous| previous.is_live_at(self.now_micros));
+        if let (Some((namespace, key)), Some(live_previous)) = (user_key(&entry_key), live_previous) {
+            self.pending_changes.push(Change {
+                namespace,
+                key,
+                kind: ChangeKind::Deleted,
+                old_value: Some(live_previous.value.clone()),
+                new_value: None,
+                encoding: live_previous.encoding.clone(),
+                version: live_previous.version,
+            });
+        }
         if let Some(previous) = &previous {
             if let Some(expires_at) = previous.expires_at_micros {
                 batch.delete(Space::Expiry, keys::expiry_key(expires_at, &entry_key));
@@ -113,10 +175,13 @@ impl<'a, E: Engine> Overlay<'a, E> {
             self.written.insert(key.clone());
             self.settled.insert(key, entry);
         }
+        let changes = std::mem::take(&mut self.pending_changes);
+        self.settled_changes.extend(changes);
     }
 
     fn discard(&mut self) {
         self.pending.clear();
+        self.pending_changes.clear();
     }
 
     fn dedup_outcome(&self, op_id: OpId) -> Result<Option<CommandOutcome>, EngineError> {
@@ -146,11 +211,14 @@ pub fn apply_proposal<E: Engine>(
     for command in &proposal.commands {
         let Command::V1(v1) = command;
         clock = clock.max(v1.time_micros);
+        overlay.now_micros = clock;
         outcomes.push(apply_command(&mut overlay, batch, v1, position, clock)?);
     }
     if !proposal.commands.is_empty() {
-        prune_dedup(engine, batch, clock, proposal.dedup_retention_micros)?;
+        prune_dedup(engine, batch, clock, proposal.retention.dedup_micros)?;
     }
+    let changes = std::mem::take(&mut overlay.settled_changes);
+    record_changes(engine, batch, changes, position.index, &proposal.retention)?;
     Ok((outcomes, clock))
 }
 
@@ -564,6 +632,84 @@ fn sweep<E: Engine>(
         }
     }
     Ok(removed)
+}
+
+fn read_counter<E: Engine>(engine: &E, key: &[u8]) -> Result<u64, EngineError> {
+    match engine.get(Space::StateMeta, key)? {
+        Some(bytes) => decode("change log counter", &bytes),
+        None => Ok(0),
+    }
+}
+
+/// Appends an entry's change events to the change log, then trims the
+/// oldest events (a bounded number per entry) while the log is over its
+/// event or byte limit, remembering the last position trimmed so that a
+/// reader asking for older events learns they are gone.
+fn record_changes<E: Engine>(
+    engine: &E,
+    batch: &mut WriteBatch,
+    changes: Vec<Change>,
+    index: u64,
+    retention: &crate::command::Retention,
+) -> Result<(), EngineError> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let mut count = read_counter(engine, meta::CHANGE_COUNT)?;
+    let mut bytes = read_counter(engine, meta::CHANGE_BYTES)?;
+    for (sequence, change) in changes.into_iter().enumerate() {
+        let event = ChangeEvent {
+            index,
+            sequence: u32::try_from(sequence).unwrap_or(u32::MAX),
+            namespace: change.namespace,
+            key: change.key,
+            kind: change.kind,
+            old_value: change.old_value,
+            new_value: change.new_value,
+            encoding: change.encoding,
+            version: change.version,
+        };
+        let encoded = encode("change event", &event)?;
+        count += 1;
+        bytes += encoded.len() as u64;
+        batch.put(
+            Space::ChangeLog,
+            keys::change_key(event.index, event.sequence).to_vec(),
+            encoded,
+        );
+    }
+    let over = |count: u64, bytes: u64| count > retention.change_events_max || bytes > retention.change_bytes_max;
+    if over(count, bytes) {
+        let oldest = engine.scan(Space::ChangeLog, &[], None, CHANGE_TRIM_PER_APPLY_MAX)?;
+        let mut trimmed_through = None;
+        for (key, value) in oldest {
+            if !over(count, bytes) {
+                break;
+            }
+            count -= 1;
+            bytes = bytes.saturating_sub(value.len() as u64);
+            trimmed_through = keys::split_change_key(&key);
+            batch.delete(Space::ChangeLog, key);
+        }
+        if let Some(through) = trimmed_through {
+            batch.put(
+                Space::StateMeta,
+                meta::CHANGE_TRIMMED_THROUGH.to_vec(),
+                encode("change log trim", &through)?,
+            );
+        }
+    }
+    batch.put(
+        Space::StateMeta,
+        meta::CHANGE_COUNT.to_vec(),
+        encode("change log counter", &count)?,
+    );
+    batch.put(
+        Space::StateMeta,
+        meta::CHANGE_BYTES.to_vec(),
+        encode("change log counter", &bytes)?,
+    );
+    Ok(())
 }
 
 /// Drops a bounded number of dedup records older than the retention window.

@@ -7,7 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use lode_types::{Encoding, Fence, Operation, OperationResult, Precondition, Selector, SessionLink};
+pub use lode_types::{
+    ChangeEvent, ChangeKind, Encoding, Fence, Operation, OperationResult, Precondition, Selector, SessionLink,
+};
 
 /// A client-chosen operation id: a command carrying one is applied at most
 /// once while its dedup record is retained.
@@ -22,10 +24,30 @@ pub struct OpId(pub u128);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proposal {
     pub commands: Vec<Command>,
-    /// How long the dedup records written by this entry's commands protect
-    /// their op ids, in log time; chosen by the proposing leader (its
-    /// `--dedup-retention`) and logged, so every replica prunes alike.
-    pub dedup_retention_micros: u64,
+    /// How long dedup records and change events are kept, chosen by the
+    /// proposing leader and logged, so every replica prunes alike.
+    pub retention: Retention,
+}
+
+/// Retention of the state machine's bounded tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retention {
+    /// How long a dedup record protects its op id, in log time.
+    pub dedup_micros: u64,
+    /// Most change events kept.
+    pub change_events_max: u64,
+    /// Most bytes of change events kept.
+    pub change_bytes_max: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            dedup_micros: crate::limits::DEDUP_RETENTION_MICROS,
+            change_events_max: crate::limits::CHANGE_EVENTS_MAX_DEFAULT,
+            change_bytes_max: crate::limits::CHANGE_BYTES_MAX_DEFAULT,
+        }
+    }
 }
 
 /// What applying one log entry produced: one outcome per command, in order.
@@ -45,7 +67,7 @@ impl Proposal {
     pub fn new(commands: Vec<Command>) -> Self {
         Self {
             commands,
-            dedup_retention_micros: crate::limits::DEDUP_RETENTION_MICROS,
+            retention: Retention::default(),
         }
     }
 }

@@ -114,6 +114,25 @@ pub mod meta {
     pub const LAST_APPLIED: &[u8] = b"last_applied";
     pub const MEMBERSHIP: &[u8] = b"membership";
     pub const CLOCK: &[u8] = b"clock";
+    pub const CHANGE_COUNT: &[u8] = b"change_count";
+    pub const CHANGE_BYTES: &[u8] = b"change_bytes";
+    pub const CHANGE_TRIMMED_THROUGH: &[u8] = b"change_trimmed_through";
+}
+
+/// Change log key: the entry's index, then the change's sequence in it, both
+/// big-endian, so the change log sorts in commit order.
+pub fn change_key(index: u64, sequence: u32) -> [u8; 12] {
+    let mut out = [0u8; 12];
+    out[..8].copy_from_slice(&index.to_be_bytes());
+    out[8..].copy_from_slice(&sequence.to_be_bytes());
+    out
+}
+
+/// Reads (index, sequence) back from a change log key.
+pub fn split_change_key(key: &[u8]) -> Option<(u64, u32)> {
+    let index = u64::from_be_bytes(key.get(..8)?.try_into().ok()?);
+    let sequence = u32::from_be_bytes(key.get(8..12)?.try_into().ok()?);
+    Some((index, sequence))
 }
 
 #[cfg(test)]

@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::command::Selector;
+use crate::command::{ChangeEvent, Selector};
 use crate::engine::{Engine, Space};
 use crate::entry::StoredEntry;
 use crate::error::{decode, EngineError};
 use crate::keys;
-use crate::limits::{NAMESPACES_EXAMINED_MAX, NAMESPACES_LISTED_MAX, SCAN_EXAMINED_ENTRIES_MAX, SCAN_PAGE_ENTRIES_MAX};
+use crate::limits::{
+    CHANGES_PAGE_EVENTS_MAX, NAMESPACES_EXAMINED_MAX, NAMESPACES_LISTED_MAX, SCAN_EXAMINED_ENTRIES_MAX,
+    SCAN_PAGE_ENTRIES_MAX,
+};
 
 /// A read handle on one replica's state. Clones share the engine.
 pub struct StateReader<E: Engine> {
@@ -28,6 +31,23 @@ impl<E: Engine> Clone for StateReader<E> {
             applied: self.applied.clone(),
         }
     }
+}
+
+/// Change events read from the change log.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ChangesPage {
+    pub events: Vec<ChangeEvent>,
+    /// The last position examined: where the next read continues, even when
+    /// the prefix filtered every examined event out.
+    pub resume_after: (u64, u32),
+}
+
+/// Events after the requested position were trimmed from the change log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    pub requested: (u64, u32),
+    /// The last position trimmed; reading after it is possible.
+    pub trimmed_through: (u64, u32),
 }
 
 /// One page of the keys written under a session.
@@ -215,6 +235,58 @@ impl<E: Engine> StateReader<E> {
             keys,
             resume_after: page.resume_after,
         })
+    }
+
+    /// Change events after position `after` (log index, sequence), in commit
+    /// order: at most `limit` of them, looking at most at
+    /// `changes_examined_max` events, keeping those whose namespace starts
+    /// with `namespace_prefix`. `Err(Compacted)` when events after `after`
+    /// were already trimmed, so a reader never misses one silently.
+    pub fn changes(
+        &self,
+        after: (u64, u32),
+        limit: usize,
+        namespace_prefix: &str,
+    ) -> Result<Result<ChangesPage, Compacted>, EngineError> {
+        if let Some(bytes) = self.engine.get(Space::StateMeta, keys::meta::CHANGE_TRIMMED_THROUGH)? {
+            let trimmed_through: (u64, u32) = decode("change log trim", &bytes)?;
+            if after < trimmed_through {
+                return Ok(Err(Compacted {
+                    requested: after,
+                    trimmed_through,
+                }));
+            }
+        }
+        let mut start = keys::change_key(after.0, after.1).to_vec();
+        start.push(0);
+        let limit = limit.clamp(1, CHANGES_PAGE_EVENTS_MAX);
+        let examined = self
+            .engine
+            .scan(Space::ChangeLog, &start, None, SCAN_EXAMINED_ENTRIES_MAX)?;
+        let mut page = ChangesPage {
+            events: Vec::new(),
+            resume_after: after,
+        };
+        for (key, value) in examined {
+            let position = keys::split_change_key(&key)
+                .ok_or_else(|| EngineError::corrupt("change log key", "shorter than 12 bytes"))?;
+            let event: ChangeEvent = decode("change event", &value)?;
+            // Checked after reading back: the key and the event agree.
+            if event.position() != position {
+                return Err(EngineError::corrupt(
+                    "change event",
+                    format!("key {position:?} holds {:?}", event.position()),
+                ));
+            }
+            page.resume_after = position;
+            if event.namespace.starts_with(namespace_prefix) {
+                page.events.push(event);
+                if page.events.len() == limit {
+                    break;
+                }
+            }
+        }
+        Ok(Ok(page))
     }
 
     /// The live lease at (`namespace`, `key`): its holder, token and expiry.

@@ -325,7 +325,7 @@ async fn dedup_records_expire_after_the_proposed_retention() -> TestResult {
     let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
     let with_retention = |index: u64, time: u64, op_id: u128, value: &str| {
         let mut proposal = Proposal::single(command(time, Some(op_id), vec![set("k", value, None)]));
-        proposal.dedup_retention_micros = 1_000;
+        proposal.retention.dedup_micros = 1_000;
         Entry::<TypeConfig> {
             log_id: log_id(2, 1, index),
             payload: EntryPayload::Normal(proposal),
@@ -353,5 +353,111 @@ async fn dedup_records_expire_after_the_proposed_retention() -> TestResult {
         state.reader().get_entry("ns", b"k", 0)?.ok_or("entry")?.value,
         b"third".to_vec()
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn apply_records_changes_of_live_values_in_commit_order() -> TestResult {
+    use lode_raft_store::command::ChangeKind;
+    let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    let reader = state.reader();
+    apply_one(
+        &mut state,
+        entry(1, 1_000, None, vec![set("a", "1", None), set("b", "2", Some(1_500))]),
+    )
+    .await?;
+    apply_one(&mut state, entry(2, 1_100, None, vec![set("a", "3", None)])).await?;
+    let oversized = Operation::Delete {
+        namespace: "ns".to_owned(),
+        key: vec![1; 4096],
+        session: None,
+    };
+    // A refused command records nothing; an expiry change is no value change.
+    apply_one(&mut state, entry(3, 1_200, None, vec![delete("a"), oversized])).await?;
+    apply_one(
+        &mut state,
+        entry(
+            4,
+            1_300,
+            None,
+            vec![Operation::Expire {
+                namespace: "ns".to_owned(),
+                key: b"a".to_vec(),
+                expires_at_micros: Some(9_000),
+            }],
+        ),
+    )
+    .await?;
+    // "b" expired at 1500: its sweep records nothing, deleting "a" does.
+    apply_one(
+        &mut state,
+        entry(5, 2_000, None, vec![Operation::SweepExpired { entries_max: 10 }]),
+    )
+    .await?;
+    apply_one(&mut state, entry(6, 2_100, None, vec![delete("a")])).await?;
+
+    let page = reader
+        .changes((0, 0), 100, "")?
+        .map_err(|compacted| format!("{compacted:?}"))?;
+    let summary: Vec<_> = page
+        .events
+        .iter()
+        .map(|event| {
+            (
+                event.position(),
+                event.key.clone(),
+                event.kind,
+                event.old_value.clone(),
+                event.new_value.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ((1, 0), b"a".to_vec(), ChangeKind::Created, None, Some(b"1".to_vec())),
+            ((1, 1), b"b".to_vec(), ChangeKind::Created, None, Some(b"2".to_vec())),
+            (
+                (2, 0),
+                b"a".to_vec(),
+                ChangeKind::Updated,
+                Some(b"1".to_vec()),
+                Some(b"3".to_vec())
+            ),
+            ((6, 0), b"a".to_vec(), ChangeKind::Deleted, Some(b"3".to_vec()), None),
+        ]
+    );
+    assert_eq!(page.resume_after, (6, 0));
+    // Reading after a position returns only what follows it.
+    let rest = reader
+        .changes((2, 0), 100, "")?
+        .map_err(|compacted| format!("{compacted:?}"))?;
+    assert_eq!(rest.events.len(), 1);
+    assert!(reader
+        .changes((0, 0), 100, "other")?
+        .map_err(|c| format!("{c:?}"))?
+        .events
+        .is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_change_log_is_trimmed_to_its_limit_and_says_so() -> TestResult {
+    let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    let reader = state.reader();
+    for index in 1..=10u64 {
+        let mut proposal = Proposal::single(command(index, None, vec![set(&format!("k{index}"), "v", None)]));
+        proposal.retention.change_events_max = 3;
+        let entry = Entry::<TypeConfig> {
+            log_id: log_id(2, 1, index),
+            payload: EntryPayload::Normal(proposal),
+        };
+        state.apply([entry]).await?;
+    }
+    let page = reader.changes((7, 0), 100, "")?.map_err(|c| format!("{c:?}"))?;
+    let positions: Vec<_> = page.events.iter().map(|event| event.position()).collect();
+    assert_eq!(positions, vec![(8, 0), (9, 0), (10, 0)]);
+    let compacted = reader.changes((0, 0), 100, "")?.expect_err("trimmed");
+    assert_eq!(compacted.trimmed_through, (7, 0));
     Ok(())
 }

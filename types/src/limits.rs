@@ -35,6 +35,17 @@ pub const NAMESPACES_LISTED_MAX: usize = 10_000;
 pub const NAMESPACES_EXAMINED_MAX: usize = 100_000;
 /// How long a deduplicated response is kept, in log time.
 pub const DEDUP_RETENTION_MICROS: u64 = 10 * 60 * 1_000_000;
+/// Change events kept unless a node is configured otherwise.
+pub const CHANGE_EVENTS_MAX_DEFAULT: u64 = 100_000;
+/// Bytes of change events kept unless a node is configured otherwise.
+pub const CHANGE_BYTES_MAX_DEFAULT: u64 = 64 << 20;
+/// Most change events one apply trims, so trimming never makes one apply
+/// slow; the log catches up over the following entries.
+pub const CHANGE_TRIM_PER_APPLY_MAX: usize = 2048;
+/// Most change events one read returns.
+pub const CHANGES_PAGE_EVENTS_MAX: usize = 1000;
+/// Longest a change read waits for new events, in milliseconds.
+pub const CHANGES_WAIT_MS_MAX: u64 = 30_000;
 /// Shortest dedup retention a node may be configured with: a retry within
 /// a client's call timeout must still find its record.
 pub const DEDUP_RETENTION_MICROS_MIN: u64 = 60 * 1_000_000;

@@ -27,10 +27,12 @@ pub enum Space {
     DedupByTime,
     /// Last applied log id, membership and the apply clock.
     StateMeta,
+    /// Change events by (log index, sequence in the entry).
+    ChangeLog,
 }
 
 impl Space {
-    pub const ALL: [Space; 7] = [
+    pub const ALL: [Space; 8] = [
         Space::Log,
         Space::RaftMeta,
         Space::Entries,
@@ -38,6 +40,7 @@ impl Space {
         Space::Dedup,
         Space::DedupByTime,
         Space::StateMeta,
+        Space::ChangeLog,
     ];
 
     /// The column family name; stable on disk.
@@ -50,6 +53,7 @@ impl Space {
             Space::Dedup => "dedup",
             Space::DedupByTime => "dedup_by_time",
             Space::StateMeta => "state_meta",
+            Space::ChangeLog => "change_log",
         }
     }
 }
