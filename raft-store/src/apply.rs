@@ -680,16 +680,39 @@ fn record_changes<E: Engine>(
     }
     let over = |count: u64, bytes: u64| count > retention.change_events_max || bytes > retention.change_bytes_max;
     if over(count, bytes) {
-        let oldest = engine.scan(Space::ChangeLog, &[], None, CHANGE_TRIM_PER_APPLY_MAX)?;
+        // Start after the last trimmed event: the head of the log is a run
+        // of deletions an iterator would otherwise step over every time.
+        let mut start = match engine.get(Space::StateMeta, meta::CHANGE_TRIMMED_THROUGH)? {
+            Some(bytes) => {
+                let (index, sequence): (u64, u32) = decode("change log trim", &bytes)?;
+                let mut start = keys::change_key(index, sequence).to_vec();
+                start.push(0);
+                start
+            }
+            None => Vec::new(),
+        };
         let mut trimmed_through = None;
-        for (key, value) in oldest {
-            if !over(count, bytes) {
+        let mut trimmed = 0;
+        while over(count, bytes) && trimmed < CHANGE_TRIM_PER_APPLY_MAX {
+            // Read only about as many as must go; bytes over the limit are
+            // trimmed in small steps.
+            let wanted = count.saturating_sub(retention.change_events_max).clamp(1, 256) as usize;
+            let oldest = engine.scan(Space::ChangeLog, &start, None, wanted)?;
+            if oldest.is_empty() {
                 break;
             }
-            count -= 1;
-            bytes = bytes.saturating_sub(value.len() as u64);
-            trimmed_through = keys::split_change_key(&key);
-            batch.delete(Space::ChangeLog, key);
+            for (key, value) in oldest {
+                if !over(count, bytes) {
+                    break;
+                }
+                count -= 1;
+                bytes = bytes.saturating_sub(value.len() as u64);
+                trimmed += 1;
+                trimmed_through = keys::split_change_key(&key);
+                start = key.clone();
+                start.push(0);
+                batch.delete(Space::ChangeLog, key);
+            }
         }
         if let Some(through) = trimmed_through {
             batch.put(
@@ -723,13 +746,31 @@ fn prune_dedup<E: Engine>(
         return Ok(());
     };
     let end = cutoff.to_be_bytes();
-    for (time_key, _) in engine.scan(Space::DedupByTime, &[], Some(&end), DEDUP_PRUNE_PER_APPLY_MAX)? {
+    // Start after the last pruned record, past the deletions at the head.
+    let start = engine
+        .get(Space::StateMeta, meta::DEDUP_PRUNED_THROUGH)?
+        .map(|mut key| {
+            key.push(0);
+            key
+        });
+    let due = engine.scan(
+        Space::DedupByTime,
+        start.as_deref().unwrap_or(&[]),
+        Some(&end),
+        DEDUP_PRUNE_PER_APPLY_MAX,
+    )?;
+    let mut pruned_through = None;
+    for (time_key, _) in due {
         let op_id = time_key
             .get(8..24)
             .ok_or_else(|| EngineError::corrupt("dedup time key", "shorter than 24 bytes"))?
             .to_vec();
         batch.delete(Space::Dedup, op_id);
-        batch.delete(Space::DedupByTime, time_key);
+        batch.delete(Space::DedupByTime, time_key.clone());
+        pruned_through = Some(time_key);
+    }
+    if let Some(through) = pruned_through {
+        batch.put(Space::StateMeta, meta::DEDUP_PRUNED_THROUGH.to_vec(), through);
     }
     Ok(())
 }

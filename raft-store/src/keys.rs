@@ -117,6 +117,7 @@ pub mod meta {
     pub const CHANGE_COUNT: &[u8] = b"change_count";
     pub const CHANGE_BYTES: &[u8] = b"change_bytes";
     pub const CHANGE_TRIMMED_THROUGH: &[u8] = b"change_trimmed_through";
+    pub const DEDUP_PRUNED_THROUGH: &[u8] = b"dedup_pruned_through";
 }
 
 /// Change log key: the entry's index, then the change's sequence in it, both
