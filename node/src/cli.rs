@@ -36,6 +36,8 @@ pub enum Commands {
     /// Acquire, renew, release and show leases with fencing tokens.
     #[command(subcommand)]
     Lease(crate::lease_cli::LeaseCommand),
+    /// Follow the change feed: one JSON line per change, in commit order.
+    Changes(ChangesArguments),
     /// Inspect and change the cluster's membership.
     #[command(subcommand)]
     Cluster(ClusterCommand),
@@ -78,6 +80,69 @@ pub struct NodeArguments {
     #[arg(long, default_value_t = lode_client::limits::CHANGE_BYTES_MAX_DEFAULT,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub change_log_bytes_max: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct ChangesArguments {
+    /// Start after this position, `INDEX` or `INDEX.SEQUENCE` (default: the
+    /// oldest retained change).
+    #[arg(long)]
+    pub after: Option<String>,
+    /// Only namespaces whose names start with this.
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// Stop after this many changes (default: follow until interrupted).
+    #[arg(long)]
+    pub count: Option<u64>,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+/// Parses a change position: `INDEX` (after every change of that entry) or
+/// `INDEX.SEQUENCE`.
+pub fn parse_change_position(text: &str) -> Result<(u64, u32), String> {
+    let invalid = || format!("position {text:?} is not INDEX or INDEX.SEQUENCE");
+    match text.split_once('.') {
+        Some((index, sequence)) => Ok((
+            index.parse().map_err(|_| invalid())?,
+            sequence.parse().map_err(|_| invalid())?,
+        )),
+        None => Ok((text.parse().map_err(|_| invalid())?, u32::MAX)),
+    }
+}
+
+async fn run_changes(arguments: ChangesArguments) -> Result<ExitCode, LodeError> {
+    use futures::StreamExt;
+    let after = match &arguments.after {
+        Some(text) => parse_change_position(text).map_err(LodeError::Invalid)?,
+        None => (0, 0),
+    };
+    let client = arguments.endpoints.client()?;
+    let mut stream = client
+        .changes(after)
+        .namespace_prefix(arguments.prefix.clone())
+        .stream()
+        .boxed();
+    let mut printed = 0;
+    while arguments.count.is_none_or(|count| printed < count) {
+        let Some(event) = stream.next().await else {
+            break;
+        };
+        let event = event?;
+        let text = |value: &Option<Vec<u8>>| value.as_ref().map(|value| String::from_utf8_lossy(value).into_owned());
+        let line = serde_json::json!({
+            "position": format!("{}.{}", event.index, event.sequence),
+            "namespace": event.namespace,
+            "key": String::from_utf8_lossy(&event.key),
+            "kind": format!("{:?}", event.kind).to_lowercase(),
+            "old_value": text(&event.old_value),
+            "new_value": text(&event.new_value),
+            "version": event.version,
+        });
+        println!("{line}");
+        printed += 1;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Args, Debug, Clone)]
@@ -300,6 +365,7 @@ pub async fn run(arguments: Arguments) -> ExitCode {
             .map(|()| ExitCode::SUCCESS)
             .map_err(|error| format!("{error:#}")),
         Commands::Lease(command) => crate::lease_cli::run(command).await.map_err(|error| error.to_string()),
+        Commands::Changes(arguments) => run_changes(arguments).await.map_err(|error| error.to_string()),
         Commands::Kv(command) => crate::kv_cli::run(command).await.map_err(|error| error.to_string()),
         Commands::Cluster(command) => run_cluster(command).await.map_err(|error| error.to_string()),
         Commands::Bench(bench) => crate::bench::run(bench)
@@ -335,5 +401,8 @@ mod tests {
         assert!(parse_peers("1=a:1,1=b:2").expect_err("twice").contains("twice"));
         assert!(parse_peers("x=a:1").expect_err("id").contains("not a number"));
         assert!(parse_peers("").expect_err("empty").contains("no member"));
+        assert_eq!(parse_change_position("12.3"), Ok((12, 3)));
+        assert_eq!(parse_change_position("12"), Ok((12, u32::MAX)));
+        assert!(parse_change_position("x.1").is_err());
     }
 }

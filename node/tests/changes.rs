@@ -115,3 +115,30 @@ async fn a_position_older_than_the_retained_changes_is_compacted() {
     assert_eq!(last.map(|event| event.key), Some(b"k59".to_vec()));
     cluster.assert_no_errors();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lode_changes_prints_one_json_line_per_change() {
+    let cluster = TestCluster::start(3, 10_000);
+    cluster.wait_for_leader().await;
+    let client = cluster.client();
+    let first = client.kv("config").set("a").bytes("1").send().await.expect("write");
+    client.kv("config").set("a").bytes("2").send().await.expect("write");
+    client.kv("config").delete("a").await.expect("delete");
+    let output = cluster.lode(&["changes", "--prefix", "config", "--count", "3"]);
+    assert!(output.status.success(), "{output:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let kinds: Vec<&str> = lines.iter().filter_map(|line| line["kind"].as_str()).collect();
+    assert_eq!(kinds, vec!["created", "updated", "deleted"]);
+    assert_eq!(lines[0]["position"], format!("{first}.0"));
+    assert_eq!(lines[1]["old_value"], "1");
+    let after_first = cluster.lode(&["changes", "--after", &first.to_string(), "--count", "2"]);
+    let kinds: Vec<String> = String::from_utf8_lossy(&after_first.stdout)
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("json")["kind"].to_string())
+        .collect();
+    assert_eq!(kinds, vec!["\"updated\"", "\"deleted\""]);
+    cluster.assert_no_errors();
+}
