@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use lode_raft_store::command::{
-    Command, CommandV1, Encoding, OpId, Operation, OperationResult, Precondition, Proposal, Rejection, Selector,
+    ChangeKind, Command, CommandV1, Encoding, OpId, Operation, OperationResult, Precondition, Proposal, Rejection,
+    Selector,
 };
 use lode_raft_store::{MemoryEngine, StateMachineStore, StateReader, TypeConfig};
 use openraft::storage::RaftStateMachine;
@@ -161,13 +162,57 @@ struct ModelLease {
     expires_at: u64,
 }
 
+/// A change event as the model expects it: namespace, key, kind, old and
+/// new value.
+type ModelChange = (String, Vec<u8>, ChangeKind, Option<Vec<u8>>, Option<Vec<u8>>);
+
 #[derive(Default)]
 struct Model {
     entries: BTreeMap<(String, Vec<u8>), ModelEntry>,
     leases: BTreeMap<(String, Vec<u8>), ModelLease>,
+    /// Changes of live values the last operation made.
+    changes: Vec<ModelChange>,
 }
 
 impl Model {
+    /// Writes an entry, expecting a change event when a live value changes.
+    fn put(&mut self, key: (String, Vec<u8>), entry: ModelEntry, now: u64) {
+        let previous = self.entries.get(&key).filter(|previous| previous.live_at(now)).cloned();
+        let changed = previous
+            .as_ref()
+            .is_none_or(|previous| previous.version != entry.version || previous.value != entry.value);
+        if changed {
+            let kind = if previous.is_some() {
+                ChangeKind::Updated
+            } else {
+                ChangeKind::Created
+            };
+            self.changes.push((
+                key.0.clone(),
+                key.1.clone(),
+                kind,
+                previous.map(|previous| previous.value),
+                Some(entry.value.clone()),
+            ));
+        }
+        self.entries.insert(key, entry);
+    }
+
+    /// Removes an entry, expecting a deletion event when it was live.
+    fn take(&mut self, key: &(String, Vec<u8>), now: u64) -> Option<ModelEntry> {
+        let removed = self.entries.remove(key);
+        if let Some(live) = removed.as_ref().filter(|entry| entry.live_at(now)) {
+            self.changes.push((
+                key.0.clone(),
+                key.1.clone(),
+                ChangeKind::Deleted,
+                Some(live.value.clone()),
+                None,
+            ));
+        }
+        removed
+    }
+
     fn live_lease(&self, namespace: &str, key: &[u8], now: u64) -> Option<&ModelLease> {
         self.leases
             .get(&(namespace.to_owned(), key.to_vec()))
@@ -216,7 +261,7 @@ impl Model {
                         current,
                     });
                 }
-                self.entries.insert(
+                self.put(
                     (namespace.clone(), key.clone()),
                     ModelEntry {
                         value: value.clone(),
@@ -224,11 +269,12 @@ impl Model {
                         version,
                         expires_at_micros: *expires_at_micros,
                     },
+                    now,
                 );
                 Ok(OperationResult::Set { version })
             }
             Operation::Delete { namespace, key, .. } => {
-                let removed = self.entries.remove(&(namespace.clone(), key.clone()));
+                let removed = self.take(&(namespace.clone(), key.clone()), now);
                 Ok(OperationResult::Delete {
                     removed_live_entry: removed.is_some_and(|entry| entry.live_at(now)),
                 })
@@ -247,7 +293,7 @@ impl Model {
                     ..live
                 };
                 let unchanged = entry.version;
-                self.entries.insert((namespace.clone(), key.clone()), entry);
+                self.put((namespace.clone(), key.clone()), entry, now);
                 Ok(OperationResult::Expire { version: unchanged })
             }
             Operation::Patch {
@@ -266,8 +312,11 @@ impl Model {
                     serde_json::from_slice(patch).map_err(|_| Rejection::Invalid(String::new()))?;
                 lode_raft_store::merge_patch::merge(&mut target, &patch);
                 let value = serde_json::to_vec(&target).map_err(|_| Rejection::Invalid(String::new()))?;
-                self.entries
-                    .insert((namespace.clone(), key.clone()), ModelEntry { value, version, ..live });
+                self.put(
+                    (namespace.clone(), key.clone()),
+                    ModelEntry { value, version, ..live },
+                    now,
+                );
                 Ok(OperationResult::Patch { version })
             }
             Operation::Copy {
@@ -283,9 +332,9 @@ impl Model {
                     .ok_or(Rejection::NotFound(String::new()))?;
                 let source = (namespace.clone(), key.clone());
                 let destination = (to_namespace.clone(), to_key.clone());
-                self.entries.insert(destination.clone(), ModelEntry { version, ..live });
+                self.put(destination.clone(), ModelEntry { version, ..live }, now);
                 if *remove_source && source != destination {
-                    self.entries.remove(&source);
+                    self.take(&source, now);
                 }
                 Ok(OperationResult::Copy { version })
             }
@@ -303,7 +352,7 @@ impl Model {
                     .collect();
                 let mut removed = 0;
                 for key in doomed {
-                    if self.entries.remove(&key).is_some_and(|entry| entry.live_at(now)) {
+                    if self.take(&key, now).is_some_and(|entry| entry.live_at(now)) {
                         removed += 1;
                     }
                 }
@@ -590,8 +639,25 @@ fn run(steps: Vec<Step>) {
             };
             let mut outcomes = state.apply([entry]).await.expect("apply");
             let outcome = outcomes.remove(0).outcomes.remove(0);
+            model.changes.clear();
             let expected = model.apply(&operation, index, now).map(|result| vec![result]);
             assert_eq!(kind(&outcome.result), expected, "step {position}: {step:?}");
+            // The change log holds exactly the entry's changes of live values.
+            let page = reader
+                .changes((index - 1, u32::MAX), 1000, "")
+                .expect("changes")
+                .expect("not compacted");
+            let recorded: Vec<ModelChange> = page
+                .events
+                .into_iter()
+                .map(|event| (event.namespace, event.key, event.kind, event.old_value, event.new_value))
+                .collect();
+            let expected_changes = if expected.is_ok() {
+                model.changes.clone()
+            } else {
+                Vec::new()
+            };
+            assert_eq!(recorded, expected_changes, "changes of step {position}: {step:?}");
             let model_live: BTreeMap<_, _> = model
                 .entries
                 .iter()
