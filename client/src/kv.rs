@@ -93,12 +93,12 @@ impl Lease {
     }
 }
 
-fn duration_micros(duration: Duration) -> u64 {
+pub(crate) fn duration_micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn now_plus(duration: Duration) -> u64 {
-    crate::facade::now_micros().saturating_add(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
+    crate::facade::now_micros().saturating_add(duration_micros(duration))
 }
 
 /// An opaque cursor for the key a scan resumes after.
@@ -246,7 +246,7 @@ impl Kv {
             op_id: new_op_id(),
             operations: vec![operation],
         };
-        validate_operations(&request.operations)?;
+        // acquire_gated sends through Client::write, which validates first.
         Lease::from_response(&self.client.acquire_gated(request, ttl).await?)
     }
 

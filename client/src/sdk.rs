@@ -348,7 +348,7 @@ impl Client {
                     tokio::time::sleep(ttl).await;
                     Err(LodeError::AmbiguousMutation {
                         recovery: MutationRecovery::WaitOutLeaseTtl {
-                            ttl_micros: u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX),
+                            ttl_micros: crate::kv::duration_micros(ttl),
                         },
                         detail,
                     })

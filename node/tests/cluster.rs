@@ -10,6 +10,23 @@ use support::{wait_until, TestCluster};
 
 const NAMESPACE: &str = "test";
 
+/// An unconditional single-key write with a chosen op id.
+fn set_request(op_id: u128, key: &[u8], value: &[u8]) -> WriteRequest {
+    WriteRequest {
+        op_id,
+        operations: vec![Operation::Set {
+            namespace: NAMESPACE.to_owned(),
+            key: key.to_vec(),
+            value: value.to_vec(),
+            encoding: Default::default(),
+            expires_at_micros: None,
+            precondition: None,
+            fence: None,
+            session: None,
+        }],
+    }
+}
+
 async fn write_keys(client: &Client, keys: std::ops::Range<u64>, tasks: u64) -> u64 {
     let mut handles = Vec::new();
     for task in 0..tasks {
@@ -229,19 +246,7 @@ async fn a_retried_operation_applies_once() {
     let cluster = TestCluster::start(3, 10_000);
     cluster.wait_for_leader().await;
     let client = cluster.client();
-    let first = WriteRequest {
-        op_id: 42,
-        operations: vec![Operation::Set {
-            namespace: NAMESPACE.to_owned(),
-            key: b"counter".to_vec(),
-            value: b"first".to_vec(),
-            encoding: Default::default(),
-            expires_at_micros: None,
-            precondition: None,
-            fence: None,
-            session: None,
-        }],
-    };
+    let first = set_request(42, b"counter", b"first");
     let applied = client.write(first.clone()).await.expect("first write");
     let later = client
         .kv(NAMESPACE)
@@ -309,19 +314,7 @@ async fn a_mutation_with_an_unknown_outcome_is_ambiguous_and_its_retry_applies_o
         .await
         .expect("write before the pause");
 
-    let request = WriteRequest {
-        op_id: 7,
-        operations: vec![Operation::Set {
-            namespace: NAMESPACE.to_owned(),
-            key: b"fate".to_vec(),
-            value: b"first".to_vec(),
-            encoding: Default::default(),
-            expires_at_micros: None,
-            precondition: None,
-            fence: None,
-            session: None,
-        }],
-    };
+    let request = set_request(7, b"fate", b"first");
     cluster.signal(leader, "STOP");
     let error = only_leader
         .write(request.clone())
@@ -387,19 +380,7 @@ async fn a_replayed_operation_returns_its_first_outcome_after_a_leader_change() 
     let mut cluster = TestCluster::start(3, 10_000);
     let leader = cluster.wait_for_leader().await;
     let client = cluster.client();
-    let request = WriteRequest {
-        op_id: 4242,
-        operations: vec![Operation::Set {
-            namespace: NAMESPACE.to_owned(),
-            key: b"replayed".to_vec(),
-            value: b"first".to_vec(),
-            encoding: Default::default(),
-            expires_at_micros: None,
-            precondition: None,
-            fence: None,
-            session: None,
-        }],
-    };
+    let request = set_request(4242, b"replayed", b"first");
     let applied = client.write(request.clone()).await.expect("write");
     client
         .kv(NAMESPACE)

@@ -100,6 +100,15 @@ async fn contending_holders_write_in_one_sequence_of_increasing_tokens() {
     cluster.assert_no_errors();
 }
 
+/// A fenced write of "config" with a token that may no longer be current.
+async fn stale_write(kv: &lode_client::Kv, token: u64, version: u64) -> Result<u64, LodeError> {
+    kv.cas_fenced("config", NAMESPACE, LOCK, token)
+        .bytes("stale")
+        .expect_version(version)
+        .commit()
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_past_its_ttl_loses_its_fenced_writes() {
     let cluster = TestCluster::start(3, 10_000);
@@ -128,13 +137,7 @@ async fn a_holder_past_its_ttl_loses_its_fenced_writes() {
         kv.lease_info(LOCK).await.expect("show").is_none().then_some(())
     })
     .await;
-    let lost = kv
-        .cas_fenced("config", NAMESPACE, LOCK, lease.token)
-        .bytes("stale")
-        .expect_version(version)
-        .commit()
-        .await
-        .expect_err("expired lease");
+    let lost = stale_write(&kv, lease.token, version).await.expect_err("expired lease");
     assert!(lost.is_lease_lost(), "{lost:?}");
     let renewal = kv
         .renew_lease(LOCK, "worker-a", lease.token, Duration::from_secs(1))
@@ -148,11 +151,7 @@ async fn a_holder_past_its_ttl_loses_its_fenced_writes() {
         .await
         .expect("acquire");
     assert!(other.token > lease.token);
-    let lost = kv
-        .cas_fenced("config", NAMESPACE, LOCK, lease.token)
-        .bytes("stale")
-        .expect_version(version)
-        .commit()
+    let lost = stale_write(&kv, lease.token, version)
         .await
         .expect_err("superseded token");
     assert!(lost.is_lease_lost(), "{lost:?}");
