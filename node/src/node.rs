@@ -13,7 +13,9 @@ use lode_client::protocol::LodeService;
 use lode_client::Client;
 use lode_raft_store::command::{Command, CommandV1, Operation, Retention};
 use lode_raft_store::limits::SWEEP_ENTRIES_MAX;
-use lode_raft_store::{LogStore, RocksEngine, StateMachineStore, StateReader, TypeConfig};
+use lode_raft_store::{
+    LogStore, MemoryEngine, RocksEngine, SelectedEngine, StateMachineStore, StateReader, TypeConfig,
+};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use tarpc::server::{BaseChannel, Channel};
 use tarpc::tokio_serde::formats::Bincode;
@@ -43,12 +45,24 @@ pub enum Membership {
     Existing,
 }
 
+/// Where a member keeps its log and state machine.
+#[derive(Clone, Debug)]
+pub enum Storage {
+    /// RocksDB under the data directory: `log/` and `state/`.
+    Disk,
+    /// In-memory engines with a crash model, for the deterministic
+    /// simulation; restarting with the same engines is a restart from what
+    /// was synced (after `MemoryEngine::crash`).
+    Memory { log: MemoryEngine, state: MemoryEngine },
+}
+
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
     pub id: u64,
     /// The address peers and clients use to reach this node.
     pub advertise: String,
     pub data_dir: PathBuf,
+    pub storage: Storage,
     pub membership: Membership,
     /// Applied entries between snapshots; the log before a snapshot is purged.
     pub snapshot_logs_max: u64,
@@ -76,6 +90,7 @@ impl NodeConfig {
             id,
             advertise: advertise.into(),
             data_dir: data_dir.into(),
+            storage: Storage::Disk,
             membership,
             snapshot_logs_max: 10_000,
             heartbeat_interval_ms: 100,
@@ -95,7 +110,7 @@ impl NodeConfig {
 pub struct Shared {
     pub id: u64,
     pub raft: Raft<TypeConfig>,
-    pub reader: StateReader<RocksEngine>,
+    pub reader: StateReader<SelectedEngine>,
     pub read_index: ReadIndex,
     pub proposer: Proposer,
     pub peers: PeerConnections,
@@ -127,9 +142,20 @@ impl Node {
             );
         }
         let address = listener.local_addr()?.to_string();
-        std::fs::create_dir_all(&config.data_dir)?;
-        let log_engine = Arc::new(RocksEngine::open(config.data_dir.join("log"))?);
-        let state_engine = Arc::new(RocksEngine::open(config.data_dir.join("state"))?);
+        let (log_engine, state_engine) = match &config.storage {
+            Storage::Disk => {
+                std::fs::create_dir_all(&config.data_dir)?;
+                (
+                    SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("log"))?),
+                    SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("state"))?),
+                )
+            }
+            Storage::Memory { log, state } => (
+                SelectedEngine::Memory(log.clone()),
+                SelectedEngine::Memory(state.clone()),
+            ),
+        };
+        let (log_engine, state_engine) = (Arc::new(log_engine), Arc::new(state_engine));
         let state_machine = StateMachineStore::open(state_engine)?;
         let reader = state_machine.reader();
         let raft_config = Config {
@@ -196,6 +222,11 @@ impl Node {
         &self.shared.raft
     }
 
+    /// A read handle on this member's state machine.
+    pub fn reader(&self) -> StateReader<SelectedEngine> {
+        self.shared.reader.clone()
+    }
+
     /// Stops accepting, lets in-flight requests finish (bounded), stops Raft
     /// and closes storage.
     pub async fn shutdown(self) {
@@ -217,6 +248,7 @@ impl Node {
 async fn serve(listener: Box<dyn Listener>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
         let accepted = tokio::select! {
+            biased;
             accepted = listener.accept() => accepted,
             _ = stop.changed() => return,
         };
@@ -241,6 +273,7 @@ async fn serve(listener: Box<dyn Listener>, shared: Arc<Shared>, mut stop: watch
             // A malformed frame ends this connection's stream; the node and
             // every other connection carry on.
             tokio::select! {
+                biased;
                 _ = requests => {}
                 _ = stop_connection.changed() => {}
             }

@@ -15,6 +15,8 @@ use lode_client::protocol::{
     MemberStatus, Query, QueryResult, RaftMessageKind, ReadRequest, ReadResponse, WriteRequest, WriteResponse,
 };
 use lode_client::LodeError;
+use lode_raft_store::command::{Command, Operation};
+use lode_raft_store::injected_bugs::{self, InjectedBug};
 use lode_raft_store::TypeConfig;
 use openraft::{BasicNode, ChangeMembers, ServerState};
 use serde::de::DeserializeOwned;
@@ -83,6 +85,9 @@ impl NodeService {
         convert::validate_client_write(&request)?;
         let mut command = convert::command(&request);
         convert::cap_lease_ttls(&mut command, self.shared.config.lease_ttl_ms_max.saturating_mul(1000));
+        if injected_bugs::enabled(InjectedBug::LeaseCheckedAtRequest) {
+            self.check_fences_at_request(&command)?;
+        }
         let outcome = match self.shared.proposer.propose(command).await {
             Ok(outcome) => outcome,
             Err(LodeError::NotLeader { hint: Some(hint) }) if hint.id != self.shared.id => {
@@ -100,6 +105,25 @@ impl NodeService {
             position: outcome.index,
             results,
         })
+    }
+
+    /// The injected bug's fence check: the leader's clock, now, instead of
+    /// apply's judgement at the write's position.
+    fn check_fences_at_request(&self, command: &Command) -> Result<(), LodeError> {
+        let Command::V1(command) = command;
+        for operation in &command.operations {
+            if let Operation::Set { fence: Some(fence), .. } = operation {
+                let lease = self
+                    .shared
+                    .reader
+                    .lease(&fence.namespace, &fence.key, facade::now_micros())
+                    .map_err(|error| LodeError::Unavailable(error.to_string()))?;
+                if lease.map(|lease| lease.token) != Some(fence.token) {
+                    return Err(LodeError::LeaseLost);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn read_local(&self, request: &ReadRequest) -> Result<ReadResponse, LodeError> {

@@ -21,6 +21,7 @@ use crate::command::{
 use crate::engine::{Engine, Space, WriteBatch};
 use crate::entry::{SourceId, StoredEntry};
 use crate::error::{decode, encode, EngineError};
+use crate::injected_bugs::{self, InjectedBug};
 use crate::keys::{self, meta};
 use crate::limits::{CHANGE_TRIM_PER_APPLY_MAX, DEDUP_PRUNE_PER_APPLY_MAX};
 
@@ -229,7 +230,10 @@ fn apply_command<E: Engine>(
     position: Position,
     time_micros: u64,
 ) -> Result<CommandOutcome, EngineError> {
-    if let Some(op_id) = command.op_id {
+    if let Some(op_id) = command
+        .op_id
+        .filter(|_| !injected_bugs::enabled(InjectedBug::SkipDedup))
+    {
         if let Some(mut outcome) = overlay.dedup_outcome(op_id)? {
             outcome.deduplicated = true;
             return Ok(outcome);
@@ -344,7 +348,7 @@ fn apply_operation<E: Engine>(
             if let Some(fence) = fence {
                 let lease_key = keys::entry_key(&keys::lease_namespace(&fence.namespace), &fence.key);
                 let held = live(overlay, &lease_key, now_micros)?.is_some_and(|lease| lease.version == fence.token);
-                if !held {
+                if !held && !injected_bugs::enabled(InjectedBug::LeaseCheckedAtRequest) {
                     return Ok(Err(Rejection::LeaseLost(format!(
                         "lease {} in namespace {:?} is not held with token {}",
                         keys::display_key(&fence.key),

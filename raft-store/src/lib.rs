@@ -5,17 +5,20 @@
 //! as a [`Command`] inside a Raft log entry, and everything it decides is a
 //! pure function of the stored state, the command and the command's log id.
 
+pub mod applied_index;
 pub mod apply;
 pub mod command;
 pub mod engine;
 pub mod entry;
 pub mod error;
+pub mod injected_bugs;
 pub mod keys;
 /// Every request and storage limit, shared with the SDK.
 pub use lode_types::limits;
 pub mod log_store;
 pub mod merge_patch;
 pub mod reader;
+pub mod runtime;
 pub mod snapshot;
 pub mod state_machine;
 pub mod type_config;
@@ -24,7 +27,7 @@ pub use command::{
     Command, CommandOutcome, CommandV1, Encoding, OpId, Operation, OperationResult, Proposal, ProposalOutcome,
     Rejection,
 };
-pub use engine::{memory::MemoryEngine, rocks::RocksEngine, Engine};
+pub use engine::{memory::MemoryEngine, rocks::RocksEngine, selected::SelectedEngine, Engine};
 pub use entry::{SourceId, StoredEntry};
 pub use error::EngineError;
 pub use log_store::LogStore;

@@ -15,6 +15,7 @@ use openraft::{Entry, LogId, OptionalSend, RaftLogId, StorageError, StorageIOErr
 
 use crate::engine::{run_blocking, Durability, Engine, Space, WriteBatch};
 use crate::error::{decode, encode, EngineError};
+use crate::injected_bugs::{self, InjectedBug};
 use crate::keys::{self, meta};
 use crate::type_config::{NodeId, TypeConfig};
 
@@ -178,7 +179,11 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         }
         // One batch, synced before the callback: openraft counts the entries
         // as persisted (and may commit them) as soon as it is called.
-        let result = self.write_synced(batch).await;
+        let result = if injected_bugs::enabled(InjectedBug::AcknowledgeBeforeSync) {
+            self.engine.write(batch, Durability::Buffered)
+        } else {
+            self.write_synced(batch).await
+        };
         match result {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));

@@ -6,8 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
+use crate::applied_index::AppliedIndex;
 use crate::command::{ChangeEvent, Selector};
 use crate::engine::{Engine, Space};
 use crate::entry::StoredEntry;
@@ -21,7 +20,7 @@ use crate::limits::{
 /// A read handle on one replica's state. Clones share the engine.
 pub struct StateReader<E: Engine> {
     engine: Arc<E>,
-    applied: watch::Receiver<u64>,
+    applied: AppliedIndex,
 }
 
 impl<E: Engine> Clone for StateReader<E> {
@@ -86,21 +85,59 @@ pub struct NotCaughtUp {
 }
 
 impl<E: Engine> StateReader<E> {
-    pub(crate) fn new(engine: Arc<E>, applied: watch::Receiver<u64>) -> Self {
+    pub(crate) fn new(engine: Arc<E>, applied: AppliedIndex) -> Self {
         Self { engine, applied }
+    }
+
+    /// A digest of everything this replica's state machine holds (entries,
+    /// indexes, dedup records, change log, apply meta). Two replicas that
+    /// applied the same log prefix have equal digests; the simulation
+    /// compares them after faults heal. Reads the whole state: an
+    /// operator's and a test's tool, not a request path.
+    pub fn state_digest(&self) -> Result<u64, EngineError> {
+        // FNV-1a: stable across processes and platforms, unlike std's hasher.
+        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const PRIME: u64 = 0x0100_0000_01b3;
+        fn feed(digest: &mut u64, bytes: &[u8]) {
+            for byte in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
+                *digest = (*digest ^ u64::from(*byte)).wrapping_mul(PRIME);
+            }
+        }
+        const PAGE_PAIRS: usize = 1024;
+        let mut digest = OFFSET;
+        for space in Space::ALL {
+            if matches!(space, Space::Log | Space::RaftMeta) {
+                continue;
+            }
+            feed(&mut digest, space.name().as_bytes());
+            let mut start = Vec::new();
+            loop {
+                let page = self.engine.scan(space, &start, None, PAGE_PAIRS)?;
+                for (key, value) in &page {
+                    feed(&mut digest, key);
+                    feed(&mut digest, value);
+                }
+                match page.last() {
+                    Some((key, _)) if page.len() == PAGE_PAIRS => {
+                        start = key.clone();
+                        start.push(0);
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(digest)
     }
 
     /// The log index of the last entry applied on this replica.
     pub fn applied_index(&self) -> u64 {
-        *self.applied.borrow()
+        self.applied.get()
     }
 
     /// Waits until this replica has applied `index`, for at most `timeout`.
     pub async fn wait_applied(&self, index: u64, timeout: Duration) -> Result<u64, NotCaughtUp> {
-        let mut applied = self.applied.clone();
-        let waited = tokio::time::timeout(timeout, applied.wait_for(|applied| *applied >= index)).await;
-        match waited {
-            Ok(Ok(reached)) => Ok(*reached),
+        match tokio::time::timeout(timeout, self.applied.wait_for(index)).await {
+            Ok(reached) => Ok(reached),
             _ => Err(NotCaughtUp {
                 applied: self.applied_index(),
                 wanted: index,

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{BasicNode, Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageError, StoredMembership};
-use tokio::sync::watch;
 
+use crate::applied_index::AppliedIndex;
 use crate::apply::{apply_proposal, Position};
 use crate::command::ProposalOutcome;
 use crate::engine::{run_blocking, Durability, Engine, Space, WriteBatch};
@@ -26,7 +26,7 @@ type Membership = StoredMembership<NodeId, BasicNode>;
 /// The applied state of one node.
 pub struct StateMachineStore<E: Engine> {
     engine: Arc<E>,
-    applied: watch::Sender<u64>,
+    applied: AppliedIndex,
     snapshot_sequence: u64,
 }
 
@@ -67,17 +67,16 @@ impl<E: Engine> StateMachineStore<E> {
             }
         }
         let index = applied.map(|log_id| log_id.index).unwrap_or(0);
-        let (sender, _) = watch::channel(index);
         Ok(Self {
             engine,
-            applied: sender,
+            applied: AppliedIndex::new(index),
             snapshot_sequence: 0,
         })
     }
 
     /// A read handle that follows this state machine's applied index.
     pub fn reader(&self) -> StateReader<E> {
-        StateReader::new(self.engine.clone(), self.applied.subscribe())
+        StateReader::new(self.engine.clone(), self.applied.clone())
     }
 
     fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<ProposalOutcome, EngineError> {
@@ -166,7 +165,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
             last_index = Some(entry.log_id.index);
         }
         if let Some(index) = last_index {
-            self.applied.send_replace(index);
+            self.applied.set(index);
         }
         Ok(outcomes)
     }
@@ -227,7 +226,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
             )));
         }
         self.applied
-            .send_replace(meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0));
+            .set(meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0));
         tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");
         Ok(())
     }

@@ -17,5 +17,5 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = crate::runtime::LodeRuntime,
 );

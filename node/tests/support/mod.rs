@@ -163,6 +163,22 @@ impl TestCluster {
             .status()
             .expect("kill");
         assert!(status.success(), "kill -{signal} failed");
+        if signal == "STOP" {
+            // kill returns once the signal is queued; a request sent before
+            // the member actually stops would still be answered.
+            let stat = format!("/proc/{}/stat", process.id());
+            let stopped = || {
+                std::fs::read_to_string(&stat)
+                    .ok()
+                    .and_then(|stat| stat.rsplit(')').next().map(|rest| rest.trim_start().starts_with('T')))
+                    .unwrap_or(false)
+            };
+            let deadline = std::time::Instant::now() + WAIT_MAX;
+            while !stopped() {
+                assert!(std::time::Instant::now() < deadline, "member {id} did not stop");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
 
     /// Restarts a member from its data directory, with no membership flags.

@@ -92,7 +92,10 @@ fn apply(spaces: &mut Spaces, batch: &WriteBatch) {
 
 impl Engine for MemoryEngine {
     type Checkpoint = Vec<u8>;
-    const BLOCKS_ON_DISK: bool = false;
+
+    fn blocks_on_disk(&self) -> bool {
+        false
+    }
 
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
         Ok(self

@@ -7,6 +7,7 @@
 
 pub mod memory;
 pub mod rocks;
+pub mod selected;
 
 use crate::error::EngineError;
 
@@ -134,7 +135,7 @@ where
     T: Send + 'static,
     F: FnOnce(&E) -> Result<T, EngineError> + Send + 'static,
 {
-    if !E::BLOCKS_ON_DISK {
+    if !engine.blocks_on_disk() {
         return work(engine);
     }
     let engine = engine.clone();
@@ -157,7 +158,7 @@ pub trait Engine: Send + Sync + 'static {
     /// Whether synced writes and image packing block the calling thread on
     /// the disk, so async callers should move them to a blocking thread.
     /// False for the in-memory engine, which keeps simulation on one thread.
-    const BLOCKS_ON_DISK: bool;
+    fn blocks_on_disk(&self) -> bool;
 
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
 

@@ -146,7 +146,10 @@ fn family(db: &DB, space: Space) -> Result<&rocksdb::ColumnFamily, EngineError> 
 
 impl Engine for RocksEngine {
     type Checkpoint = RocksCheckpoint;
-    const BLOCKS_ON_DISK: bool = true;
+
+    fn blocks_on_disk(&self) -> bool {
+        true
+    }
 
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
         let guard = self.read()?;

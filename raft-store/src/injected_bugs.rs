@@ -1,0 +1,64 @@
+//! Known bugs that the deterministic simulation switches on to prove its
+//! checkers catch them. Nothing in the node, its command line or its
+//! configuration can turn one on: only a test calling [`enable`].
+//!
+//! Switches are per thread. A simulation runs every member of its cluster
+//! on the thread that drives it, so a bug enabled by one simulation never
+//! leaks into another running beside it in the same test process.
+
+use std::cell::Cell;
+
+/// A deliberate defect, each once a real bug in some replicated store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectedBug {
+    /// A member answers linearizable reads from its own state whenever it
+    /// believes it leads, without confirming leadership with a quorum.
+    StaleLeaderReads,
+    /// Log appends are acknowledged to Raft before they are synced, so a
+    /// crash loses entries the leader counted towards a quorum.
+    AcknowledgeBeforeSync,
+    /// Apply ignores the dedup table, so a retried command applies twice.
+    SkipDedup,
+    /// The leader judges a fenced write's lease with its own clock when the
+    /// request arrives, and apply trusts that judgement, instead of apply
+    /// judging it at the write's log position with the command's time; a
+    /// holder acquiring in between slips past the fence.
+    LeaseCheckedAtRequest,
+}
+
+impl InjectedBug {
+    pub const ALL: [InjectedBug; 4] = [
+        InjectedBug::StaleLeaderReads,
+        InjectedBug::AcknowledgeBeforeSync,
+        InjectedBug::SkipDedup,
+        InjectedBug::LeaseCheckedAtRequest,
+    ];
+
+    fn bit(self) -> u8 {
+        match self {
+            InjectedBug::StaleLeaderReads => 1,
+            InjectedBug::AcknowledgeBeforeSync => 2,
+            InjectedBug::SkipDedup => 4,
+            InjectedBug::LeaseCheckedAtRequest => 8,
+        }
+    }
+}
+
+thread_local! {
+    static ENABLED: Cell<u8> = const { Cell::new(0) };
+}
+
+/// Turns `bug` on for this thread (test-only).
+pub fn enable(bug: InjectedBug) {
+    ENABLED.with(|enabled| enabled.set(enabled.get() | bug.bit()));
+}
+
+/// Turns every bug off for this thread.
+pub fn disable_all() {
+    ENABLED.with(|enabled| enabled.set(0));
+}
+
+/// Whether `bug` is on for this thread; false in every production process.
+pub fn enabled(bug: InjectedBug) -> bool {
+    ENABLED.with(|enabled| enabled.get() & bug.bit() != 0)
+}

@@ -1,0 +1,154 @@
+//! What clients did and saw during a run, in the order the simulation's
+//! single thread observed it. The checkers read nothing else (besides the
+//! replicas' final state), so a history is the whole evidence of a run.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// A point in the run's total order of client events. Events happen on one
+/// thread, so "completed before invoked" is exact, not approximate.
+pub type Tick = u64;
+
+/// A key-value call a client made.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Call {
+    Get {
+        key: String,
+    },
+    Set {
+        key: String,
+        value: String,
+    },
+    /// Set only while the key's version is `expected` (`None`: absent).
+    Cas {
+        key: String,
+        expected: Option<u64>,
+        value: String,
+    },
+    Delete {
+        key: String,
+    },
+}
+
+impl Call {
+    pub fn key(&self) -> &str {
+        match self {
+            Call::Get { key } | Call::Set { key, .. } | Call::Cas { key, .. } | Call::Delete { key } => key,
+        }
+    }
+
+    /// The value the call writes, if it writes one.
+    pub fn written_value(&self) -> Option<&str> {
+        match self {
+            Call::Set { value, .. } | Call::Cas { value, .. } => Some(value),
+            Call::Get { .. } | Call::Delete { .. } => None,
+        }
+    }
+}
+
+/// How a call ended.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// A read's answer: the value and its version, or absent.
+    Read(Option<(String, u64)>),
+    /// A write applied at this version (log index).
+    Written { version: u64 },
+    /// A conditional write refused: the key's version was `current`
+    /// (`None`: absent) instead of the expected one.
+    Conflict { current: Option<u64> },
+    /// A delete applied; whether a live value was there.
+    Deleted { existed: bool },
+    /// The call may or may not have taken effect (timeout, lost answer).
+    Unknown,
+    /// The call certainly had no effect (a read that failed).
+    Failed,
+}
+
+/// One client call from invocation to completion.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Operation {
+    pub client: usize,
+    pub call: Call,
+    pub invoked: Tick,
+    /// Simulated time at invocation, for reading a failing history against
+    /// the faults.
+    pub invoked_at: std::time::Duration,
+    /// `None` while pending or when the outcome is unknown: the call may
+    /// take effect at any later point.
+    pub completed: Option<Tick>,
+    pub outcome: Outcome,
+}
+
+/// A lease acquisition that was granted.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Grant {
+    pub client: usize,
+    pub token: u64,
+    pub invoked: Tick,
+    pub completed: Tick,
+}
+
+/// A write fenced by a lease token.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FencedWrite {
+    pub client: usize,
+    pub token: u64,
+    pub value: String,
+    pub invoked: Tick,
+    pub completed: Option<Tick>,
+    /// `Written` when accepted, `Failed` when refused (a lost lease or a
+    /// changed version), `Unknown` when the answer never came.
+    pub outcome: Outcome,
+}
+
+/// Everything recorded during one run.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    pub operations: Vec<Operation>,
+    pub grants: Vec<Grant>,
+    pub fenced_writes: Vec<FencedWrite>,
+    pub(crate) next_tick: Tick,
+}
+
+impl History {
+    /// The next point in the total order.
+    pub fn tick(&mut self) -> Tick {
+        self.next_tick += 1;
+        self.next_tick
+    }
+
+    /// Every value any client tried to write, read back or not.
+    pub fn written_values(&self) -> impl Iterator<Item = &str> {
+        self.operations
+            .iter()
+            .filter_map(|operation| operation.call.written_value())
+            .chain(self.fenced_writes.iter().map(|write| write.value.as_str()))
+    }
+}
+
+/// The history shared by every client of one simulation (one thread).
+pub type SharedHistory = Rc<RefCell<History>>;
+
+/// Records an invocation and returns its slot, to be completed later.
+pub fn invoke(history: &SharedHistory, client: usize, call: Call) -> usize {
+    let mut history = history.borrow_mut();
+    let invoked = history.tick();
+    history.operations.push(Operation {
+        client,
+        call,
+        invoked,
+        invoked_at: crate::now(),
+        completed: None,
+        outcome: Outcome::Unknown,
+    });
+    history.operations.len() - 1
+}
+
+/// Records how the operation in `slot` ended.
+pub fn complete(history: &SharedHistory, slot: usize, outcome: Outcome) {
+    let mut history = history.borrow_mut();
+    let completed = (outcome != Outcome::Unknown).then(|| history.tick());
+    let operation = &mut history.operations[slot];
+    operation.completed = completed;
+    operation.outcome = outcome;
+}

@@ -1,0 +1,267 @@
+//! Everything about a run that is chosen before it starts, derived from one
+//! seed: cluster size, clients, timings, and the schedule of faults for the
+//! chosen fault mix.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use lode_raft_store::injected_bugs::InjectedBug;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+/// A family of faults a run draws from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultMix {
+    /// Full partitions (minority or majority sides), one-way partitions and
+    /// an isolated leader, each healed after a while.
+    Partitions,
+    /// Crashes of a member, of the leader, or of a majority at once, each
+    /// followed by a restart from what the member had synced; lagging
+    /// members catch up by snapshot.
+    Crashes,
+    /// Message delay, held links and random link failures (loss).
+    Network,
+    /// Members added and removed under load, with a crash or partition in
+    /// between.
+    Membership,
+}
+
+impl FaultMix {
+    pub const ALL: [FaultMix; 4] = [
+        FaultMix::Partitions,
+        FaultMix::Crashes,
+        FaultMix::Network,
+        FaultMix::Membership,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultMix::Partitions => "partitions",
+            FaultMix::Crashes => "crashes",
+            FaultMix::Network => "network",
+            FaultMix::Membership => "membership",
+        }
+    }
+}
+
+impl fmt::Display for FaultMix {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+impl FromStr for FaultMix {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        FaultMix::ALL
+            .into_iter()
+            .find(|mix| mix.name() == name)
+            .ok_or_else(|| format!("unknown fault mix {name:?}; one of partitions, crashes, network, membership"))
+    }
+}
+
+/// One fault action at a point of simulated time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// Cuts every link between `side` and the other members, both ways.
+    Partition {
+        side: Vec<u64>,
+    },
+    /// Drops messages from `from` to `to` only.
+    PartitionOneWay {
+        from: u64,
+        to: u64,
+    },
+    /// Cuts the current leader off from every other member (clients still
+    /// reach it).
+    IsolateLeader,
+    /// Restores every link between members.
+    HealNetwork,
+    /// Stops the members at once; they lose what they had not synced.
+    Crash {
+        members: Vec<u64>,
+    },
+    /// Stops the current leader the same way.
+    CrashLeader,
+    /// Starts every stopped member again from its synced state.
+    RestartAll,
+    /// Sets the largest one-way message delay.
+    MaxLatency {
+        milliseconds: u64,
+    },
+    /// Makes links fail at random (in thousandths per tick), and repair.
+    LinkFailures {
+        per_mille: u32,
+    },
+    /// Holds (queues) messages between two members, then releases them.
+    Hold {
+        a: u64,
+        b: u64,
+    },
+    ReleaseHeld,
+    /// Adds the spare member as a voter.
+    AddMember {
+        id: u64,
+    },
+    /// Removes a member from the voters.
+    RemoveMember {
+        id: u64,
+    },
+}
+
+/// The parameters of one run.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub seed: u64,
+    pub mix: FaultMix,
+    /// Founding members, 3 or 5.
+    pub members: u64,
+    /// A member that starts outside the cluster (membership runs only).
+    pub spare: Option<u64>,
+    pub kv_clients: usize,
+    pub lock_clients: usize,
+    pub keys: usize,
+    pub lease_ttl: Duration,
+    /// Applied entries between snapshots: small, so lagging members get
+    /// snapshots instead of log.
+    pub snapshot_logs_max: u64,
+    /// Clients stop starting operations at this simulated time.
+    pub workload: Duration,
+    pub faults: Vec<(Duration, Fault)>,
+    pub bugs: Vec<InjectedBug>,
+}
+
+/// A write must succeed within this long after the last fault healed.
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(10);
+
+impl Scenario {
+    /// The scenario of `seed` under `mix`.
+    pub fn new(seed: u64, mix: FaultMix) -> Self {
+        let mut random = StdRng::seed_from_u64(seed ^ 0x005e_ed0f_5ce0_a710);
+        let members = if random.gen_bool(0.7) { 3 } else { 5 };
+        let spare = (mix == FaultMix::Membership).then_some(members + 1);
+        let workload = Duration::from_millis(random.gen_range(4_000..7_000));
+        let mut scenario = Scenario {
+            seed,
+            mix,
+            members,
+            spare,
+            kv_clients: random.gen_range(2..=4),
+            lock_clients: random.gen_range(2..=3),
+            keys: random.gen_range(2..=4),
+            lease_ttl: Duration::from_millis(random.gen_range(300..800)),
+            snapshot_logs_max: random.gen_range(40..200),
+            workload,
+            faults: Vec::new(),
+            bugs: Vec::new(),
+        };
+        scenario.faults = scenario.schedule(&mut random);
+        scenario
+    }
+
+    /// The same scenario with `bug` switched on.
+    pub fn with_bug(mut self, bug: InjectedBug) -> Self {
+        self.bugs.push(bug);
+        self
+    }
+
+    /// Every member id, spare included.
+    pub fn member_ids(&self) -> Vec<u64> {
+        (1..=self.members).chain(self.spare).collect()
+    }
+
+    fn schedule(&self, random: &mut StdRng) -> Vec<(Duration, Fault)> {
+        let founders: Vec<u64> = (1..=self.members).collect();
+        let mut faults = Vec::new();
+        let mut at = Duration::from_millis(random.gen_range(500..1_500));
+        let mut removed: Option<u64> = None;
+        let mut added = false;
+        while at < self.workload {
+            let hold_for = Duration::from_millis(random.gen_range(300..2_000));
+            let (fault, heal) = match self.mix {
+                FaultMix::Partitions => match random.gen_range(0..4) {
+                    0 => {
+                        let mut shuffled = founders.clone();
+                        shuffled.shuffle(random);
+                        let size = random.gen_range(1..=founders.len() / 2);
+                        let mut side = shuffled[..size].to_vec();
+                        side.sort_unstable();
+                        (Fault::Partition { side }, Fault::HealNetwork)
+                    }
+                    1 => {
+                        let from = *founders.choose(random).unwrap_or(&1);
+                        let others: Vec<u64> = founders.iter().copied().filter(|id| *id != from).collect();
+                        let to = *others.choose(random).unwrap_or(&from);
+                        (Fault::PartitionOneWay { from, to }, Fault::HealNetwork)
+                    }
+                    _ => (Fault::IsolateLeader, Fault::HealNetwork),
+                },
+                FaultMix::Crashes => match random.gen_range(0..4) {
+                    0 => (
+                        Fault::Crash {
+                            members: vec![*founders.choose(random).unwrap_or(&1)],
+                        },
+                        Fault::RestartAll,
+                    ),
+                    1 => {
+                        let mut shuffled = founders.clone();
+                        shuffled.shuffle(random);
+                        let mut members = shuffled[..founders.len() / 2 + 1].to_vec();
+                        members.sort_unstable();
+                        (Fault::Crash { members }, Fault::RestartAll)
+                    }
+                    _ => (Fault::CrashLeader, Fault::RestartAll),
+                },
+                FaultMix::Network => match random.gen_range(0..3) {
+                    0 => (
+                        Fault::MaxLatency {
+                            milliseconds: random.gen_range(20..300),
+                        },
+                        Fault::MaxLatency { milliseconds: 10 },
+                    ),
+                    1 => (
+                        Fault::LinkFailures {
+                            per_mille: random.gen_range(1..10),
+                        },
+                        Fault::LinkFailures { per_mille: 0 },
+                    ),
+                    _ => {
+                        let mut pair = founders.clone();
+                        pair.shuffle(random);
+                        (Fault::Hold { a: pair[0], b: pair[1] }, Fault::ReleaseHeld)
+                    }
+                },
+                FaultMix::Membership => {
+                    let spare = self.spare.unwrap_or(self.members + 1);
+                    match (added, removed) {
+                        (false, _) => {
+                            added = true;
+                            (Fault::AddMember { id: spare }, Fault::HealNetwork)
+                        }
+                        (true, None) => {
+                            let id = *founders.choose(random).unwrap_or(&1);
+                            removed = Some(id);
+                            (Fault::RemoveMember { id }, Fault::HealNetwork)
+                        }
+                        (true, Some(id)) => {
+                            if random.gen_bool(0.5) {
+                                // Back in: it catches up by snapshot.
+                                removed = None;
+                                (Fault::AddMember { id }, Fault::HealNetwork)
+                            } else {
+                                (Fault::CrashLeader, Fault::RestartAll)
+                            }
+                        }
+                    }
+                }
+            };
+            faults.push((at, fault));
+            faults.push((at + hold_for, heal));
+            at += hold_for + Duration::from_millis(random.gen_range(100..1_000));
+        }
+        faults
+    }
+}

@@ -1,0 +1,647 @@
+//! One simulated run: a turmoil world with the cluster's members as hosts
+//! (the real node code on in-memory engines), the workload's clients, an
+//! operator for membership changes and a verifier, driven step by step
+//! while the scenario's faults are applied; then the checkers.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
+use std::time::Duration;
+
+use lode_client::facade;
+use lode_client::Client;
+use lode_node::node::{Membership, Node, NodeConfig, Storage};
+use lode_raft_store::injected_bugs;
+use lode_raft_store::{MemoryEngine, SelectedEngine, StateReader, TypeConfig};
+use lode_types::ChangeEvent;
+use openraft::{Raft, ServerState};
+
+use crate::checkers;
+use crate::environment;
+use crate::history::{self, Call, History, Outcome, SharedHistory};
+use crate::scenario::{Fault, Scenario, LIVENESS_BOUND};
+use crate::trace::Fnv;
+use crate::workload::{self, KvClientPlan, LockClientPlan, NAMESPACE};
+
+/// The port every member listens on, inside its own simulated host.
+pub const PORT: u16 = 7000;
+/// The history's client number of the verifier.
+pub const VERIFIER: usize = 1000;
+/// How long after the workload the run may take before it counts as stuck.
+pub const SETTLE_TIME_MAX: Duration = Duration::from_secs(60);
+
+/// What a checker found wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The checker's name (its file under `checkers/`).
+    pub checker: &'static str,
+    pub detail: String,
+}
+
+/// A member's final state, read after the cluster converged.
+#[derive(Clone, Debug)]
+pub struct ReplicaState {
+    pub id: u64,
+    pub applied_index: u64,
+    pub digest: u64,
+    /// The whole change log, oldest first.
+    pub changes: Vec<ChangeEvent>,
+    /// Whether the change log had been trimmed (then "every write is in
+    /// it" cannot be checked).
+    pub changes_trimmed: bool,
+}
+
+/// Everything one run produced.
+#[derive(Debug)]
+pub struct RunReport {
+    pub seed: u64,
+    pub mix: crate::scenario::FaultMix,
+    /// A digest of the history, the faults applied and the final replica
+    /// states: two runs of one seed must agree on it.
+    pub trace_digest: u64,
+    pub violations: Vec<Violation>,
+    pub history: History,
+    pub replicas: Vec<ReplicaState>,
+    /// From the last heal to the first successful write.
+    pub recovery: Option<Duration>,
+    pub faults_applied: Vec<String>,
+    pub simulated: Duration,
+}
+
+impl RunReport {
+    /// The command that replays this run.
+    pub fn replay_command(&self) -> String {
+        format!(
+            "LODE_SIM_SEED={} LODE_SIM_MIX={} cargo test -p lode-sim-tests --test seeds replay -- --nocapture",
+            self.seed, self.mix
+        )
+    }
+}
+
+/// A running member's handles, for fault decisions and the final checks.
+#[derive(Clone)]
+struct Running {
+    raft: Raft<TypeConfig>,
+    reader: StateReader<SelectedEngine>,
+}
+
+struct Member {
+    id: u64,
+    log: MemoryEngine,
+    state: MemoryEngine,
+    running: Rc<RefCell<Option<Running>>>,
+}
+
+fn host(id: u64) -> String {
+    format!("n{id}")
+}
+
+fn address(id: u64) -> String {
+    format!("n{id}:{PORT}")
+}
+
+/// What the verifier found, shared with the driver.
+#[derive(Default)]
+struct Verification {
+    recovery: Option<Duration>,
+    replicas: Vec<ReplicaState>,
+    problems: Vec<Violation>,
+    done: bool,
+}
+
+/// Runs `scenario` and checks its history.
+pub fn run(scenario: &Scenario) -> RunReport {
+    environment::install();
+    crate::logging::init();
+    lode_raft_store::runtime::seed_thread_rng(scenario.seed);
+    injected_bugs::disable_all();
+    for bug in &scenario.bugs {
+        injected_bugs::enable(*bug);
+    }
+    let report = run_enabled(scenario);
+    injected_bugs::disable_all();
+    report
+}
+
+fn run_enabled(scenario: &Scenario) -> RunReport {
+    let mut sim = turmoil::Builder::new()
+        .simulation_duration(scenario.workload + SETTLE_TIME_MAX + Duration::from_secs(30))
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(10))
+        .repair_rate(0.05)
+        .tcp_capacity(4096)
+        .rng_seed(scenario.seed)
+        .build();
+
+    let founders: BTreeMap<u64, String> = (1..=scenario.members).map(|id| (id, address(id))).collect();
+    let members: Vec<Rc<Member>> = scenario
+        .member_ids()
+        .into_iter()
+        .map(|id| {
+            Rc::new(Member {
+                id,
+                log: MemoryEngine::new(),
+                state: MemoryEngine::new(),
+                running: Rc::new(RefCell::new(None)),
+            })
+        })
+        .collect();
+    for member in &members {
+        let membership = if founders.contains_key(&member.id) {
+            Membership::Bootstrap(founders.clone())
+        } else {
+            Membership::Existing
+        };
+        let mut config = NodeConfig::new(member.id, address(member.id), "/simulated", membership);
+        config.storage = Storage::Memory {
+            log: member.log.clone(),
+            state: member.state.clone(),
+        };
+        config.snapshot_logs_max = scenario.snapshot_logs_max;
+        config.forward_timeout_ms = 2_000;
+        config.read_wait_ms_max = 2_000;
+        let running = member.running.clone();
+        sim.host(host(member.id), move || {
+            let config = config.clone();
+            let running = running.clone();
+            async move {
+                let listener = facade::bind(&format!("0.0.0.0:{PORT}")).await?;
+                let node = Node::start(config, listener).await.map_err(|error| error.to_string())?;
+                *running.borrow_mut() = Some(Running {
+                    raft: node.raft().clone(),
+                    reader: node.reader(),
+                });
+                // The node lives until the host crashes (the runtime drops it).
+                std::future::pending::<()>().await;
+                drop(node);
+                Ok(())
+            }
+        });
+    }
+
+    let history: SharedHistory = Rc::new(RefCell::new(History::default()));
+    let endpoints: Vec<String> = founders.values().cloned().chain(scenario.spare.map(address)).collect();
+    let finished_clients = Rc::new(RefCell::new(0usize));
+    for client in 0..scenario.kv_clients {
+        let plan = KvClientPlan {
+            client,
+            seed: scenario.seed.wrapping_mul(31).wrapping_add(client as u64 + 1),
+            keys: scenario.keys,
+            until: scenario.workload,
+        };
+        let (endpoints, history, finished) = (endpoints.clone(), history.clone(), finished_clients.clone());
+        sim.client(format!("c{client}"), async move {
+            workload::run_kv_client(plan, endpoints, history).await;
+            *finished.borrow_mut() += 1;
+            Ok(())
+        });
+    }
+    for index in 0..scenario.lock_clients {
+        let client = 100 + index;
+        let plan = LockClientPlan {
+            client,
+            seed: scenario.seed.wrapping_mul(37).wrapping_add(client as u64),
+            lease_ttl: scenario.lease_ttl,
+            until: scenario.workload,
+        };
+        let (endpoints, history, finished) = (endpoints.clone(), history.clone(), finished_clients.clone());
+        sim.client(format!("l{index}"), async move {
+            workload::run_lock_client(plan, endpoints, history).await;
+            *finished.borrow_mut() += 1;
+            Ok(())
+        });
+    }
+
+    let operator_queue: Rc<RefCell<VecDeque<Fault>>> = Rc::new(RefCell::new(VecDeque::new()));
+    {
+        let (queue, endpoints, until) = (operator_queue.clone(), endpoints.clone(), scenario.workload);
+        sim.client("operator", run_operator(queue, endpoints, until));
+    }
+
+    let mut host_names: Vec<String> = members.iter().map(|member| host(member.id)).collect();
+    host_names.extend((0..scenario.kv_clients).map(|client| format!("c{client}")));
+    host_names.extend((0..scenario.lock_clients).map(|index| format!("l{index}")));
+    host_names.extend(["operator".to_owned(), "verifier".to_owned()]);
+    let verification = Rc::new(RefCell::new(Verification::default()));
+    {
+        let context = VerifierContext {
+            endpoints: endpoints.clone(),
+            history: history.clone(),
+            members: members.clone(),
+            clients: scenario.kv_clients + scenario.lock_clients,
+            finished_clients: finished_clients.clone(),
+            keys: scenario.keys,
+            healed_at: scenario.workload,
+            verification: verification.clone(),
+        };
+        sim.client("verifier", verify(context));
+    }
+
+    let mut faults: VecDeque<(Duration, Fault)> = scenario.faults.iter().cloned().collect();
+    for heal in [
+        Fault::HealNetwork,
+        Fault::ReleaseHeld,
+        Fault::LinkFailures { per_mille: 0 },
+        Fault::MaxLatency { milliseconds: 10 },
+        Fault::RestartAll,
+    ] {
+        faults.push_back((scenario.workload, heal));
+    }
+    let mut driver = Driver {
+        members: members.clone(),
+        crashed: BTreeSet::new(),
+        hosts: host_names,
+        cut: BTreeSet::new(),
+        held: Vec::new(),
+        applied: Vec::new(),
+        operator: operator_queue,
+    };
+    let mut violations = Vec::new();
+    loop {
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(error) => {
+                violations.push(Violation {
+                    checker: "simulation",
+                    detail: format!("the simulation stopped: {error}"),
+                });
+                break;
+            }
+        }
+        let now = sim.elapsed();
+        while faults.front().is_some_and(|(at, _)| *at <= now) {
+            if let Some((at, fault)) = faults.pop_front() {
+                driver.apply(&mut sim, at, fault);
+            }
+        }
+        if now > scenario.workload + SETTLE_TIME_MAX {
+            violations.push(Violation {
+                checker: "liveness",
+                detail: format!("the run had not settled {SETTLE_TIME_MAX:?} after the workload ended"),
+            });
+            break;
+        }
+    }
+    let simulated = sim.elapsed();
+    drop(sim);
+
+    let verification = std::mem::take(&mut *verification.borrow_mut());
+    violations.extend(verification.problems);
+    let history = history.borrow().clone();
+    if verification.done {
+        violations.extend(checkers::run_all(
+            &history,
+            &verification.replicas,
+            verification.recovery,
+        ));
+    }
+    let mut digest = Fnv::new();
+    digest.write_debug(&history.operations);
+    digest.write_debug(&history.grants);
+    digest.write_debug(&history.fenced_writes);
+    digest.write_debug(&driver.applied);
+    for replica in &verification.replicas {
+        digest.write_debug(&(replica.id, replica.applied_index, replica.digest));
+    }
+    RunReport {
+        seed: scenario.seed,
+        mix: scenario.mix,
+        trace_digest: digest.finish(),
+        violations,
+        history,
+        replicas: verification.replicas,
+        recovery: verification.recovery,
+        faults_applied: driver.applied,
+        simulated,
+    }
+}
+
+/// Applies faults to the world from outside the hosts.
+struct Driver {
+    members: Vec<Rc<Member>>,
+    crashed: BTreeSet<u64>,
+    /// Every host of the world, members and clients.
+    hosts: Vec<String>,
+    /// Links cut by partition faults, as directed (from, to) member pairs.
+    cut: BTreeSet<(u64, u64)>,
+    held: Vec<(u64, u64)>,
+    applied: Vec<String>,
+    operator: Rc<RefCell<VecDeque<Fault>>>,
+}
+
+impl Driver {
+    /// Applies every cut link (directed member pairs) to the world.
+    fn restore_partitions(&self, sim: &mut turmoil::Sim<'_>) {
+        for (from, to) in &self.cut {
+            sim.partition_oneway(host(*from), host(*to));
+        }
+    }
+
+    fn ids(&self) -> Vec<u64> {
+        self.members.iter().map(|member| member.id).collect()
+    }
+
+    /// The member that leads in the highest term among running members.
+    fn leader(&self) -> Option<u64> {
+        self.members
+            .iter()
+            .filter_map(|member| {
+                let running = member.running.borrow();
+                let metrics = running.as_ref()?.raft.metrics().borrow().clone();
+                (metrics.state == ServerState::Leader).then_some((metrics.current_term, member.id))
+            })
+            .max()
+            .map(|(_, id)| id)
+    }
+
+    /// Stops a member the way a power cut does: the member sends nothing
+    /// more, not even the resets its closing sockets would send (peers
+    /// notice by timeouts), and loses what it had not synced.
+    ///
+    /// Cutting the member's links around the crash also keeps the run a
+    /// function of its seed: the runtime drops its tasks in an order that
+    /// depends on process-wide task ids, and each segment those drops would
+    /// send draws a latency from the world's generator.
+    fn crash(&mut self, sim: &mut turmoil::Sim<'_>, id: u64) {
+        if !self.crashed.insert(id) {
+            return;
+        }
+        let crashing = host(id);
+        for other in self.hosts.iter().filter(|other| **other != crashing) {
+            sim.partition(crashing.as_str(), other.as_str());
+        }
+        sim.crash(crashing.as_str());
+        for other in self.hosts.iter().filter(|other| **other != crashing) {
+            sim.repair(crashing.as_str(), other.as_str());
+        }
+        self.restore_partitions(sim);
+        if let Some(member) = self.members.iter().find(|member| member.id == id) {
+            *member.running.borrow_mut() = None;
+            member.log.crash();
+            member.state.crash();
+        }
+    }
+
+    fn apply(&mut self, sim: &mut turmoil::Sim<'_>, at: Duration, fault: Fault) {
+        let ids = self.ids();
+        let description = format!("{:>6} ms {fault:?}", at.as_millis());
+        match fault {
+            Fault::Partition { side } => {
+                for a in &side {
+                    for b in ids.iter().filter(|id| !side.contains(id)) {
+                        self.cut.insert((*a, *b));
+                        self.cut.insert((*b, *a));
+                    }
+                }
+                self.restore_partitions(sim);
+            }
+            Fault::PartitionOneWay { from, to } => {
+                self.cut.insert((from, to));
+                self.restore_partitions(sim);
+            }
+            Fault::IsolateLeader => {
+                if let Some(leader) = self.leader() {
+                    for other in ids.iter().filter(|id| **id != leader) {
+                        self.cut.insert((leader, *other));
+                        self.cut.insert((*other, leader));
+                    }
+                    self.restore_partitions(sim);
+                }
+            }
+            Fault::HealNetwork => {
+                for (a, b) in std::mem::take(&mut self.cut) {
+                    sim.repair_oneway(host(a), host(b));
+                }
+            }
+            Fault::Crash { members } => {
+                for id in members {
+                    self.crash(sim, id);
+                }
+            }
+            Fault::CrashLeader => {
+                if let Some(leader) = self.leader() {
+                    self.crash(sim, leader);
+                }
+            }
+            Fault::RestartAll => {
+                for id in std::mem::take(&mut self.crashed) {
+                    sim.bounce(host(id));
+                }
+            }
+            Fault::MaxLatency { milliseconds } => sim.set_max_message_latency(Duration::from_millis(milliseconds)),
+            Fault::LinkFailures { per_mille } => sim.set_fail_rate(f64::from(per_mille) / 1000.0),
+            Fault::Hold { a, b } => {
+                sim.hold(host(a), host(b));
+                self.held.push((a, b));
+            }
+            Fault::ReleaseHeld => {
+                for (a, b) in std::mem::take(&mut self.held) {
+                    sim.release(host(a), host(b));
+                }
+            }
+            Fault::AddMember { .. } | Fault::RemoveMember { .. } => self.operator.borrow_mut().push_back(fault),
+        }
+        self.applied.push(description);
+    }
+}
+
+/// Carries out membership changes the driver queues, through the SDK.
+async fn run_operator(queue: Rc<RefCell<VecDeque<Fault>>>, endpoints: Vec<String>, until: Duration) -> turmoil::Result {
+    let client = Client::with_options(endpoints, workload::client_options())?;
+    loop {
+        let next = queue.borrow_mut().pop_front();
+        match next {
+            Some(Fault::AddMember { id }) => {
+                // A failed change is retried by no one: the run goes on with
+                // the membership it has, which is a fault too.
+                if let Err(error) = client.add_member(id, address(id)).await {
+                    tracing::info!(%error, id, "adding a member failed");
+                }
+            }
+            Some(Fault::RemoveMember { id }) => {
+                if let Err(error) = client.remove_member(id).await {
+                    tracing::info!(%error, id, "removing a member failed");
+                }
+            }
+            Some(_) => {}
+            None if crate::now() > until => return Ok(()),
+            None => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+struct VerifierContext {
+    endpoints: Vec<String>,
+    history: SharedHistory,
+    members: Vec<Rc<Member>>,
+    clients: usize,
+    finished_clients: Rc<RefCell<usize>>,
+    keys: usize,
+    healed_at: Duration,
+    verification: Rc<RefCell<Verification>>,
+}
+
+impl VerifierContext {
+    fn problem(&self, checker: &'static str, detail: String) {
+        self.verification
+            .borrow_mut()
+            .problems
+            .push(Violation { checker, detail });
+    }
+}
+
+/// After the faults heal: liveness (a write succeeds within the bound),
+/// convergence (every voter applies the same log), the replicas' final
+/// state, and a last linearizable read of every key.
+async fn verify(context: VerifierContext) -> turmoil::Result {
+    let client = Client::with_options(context.endpoints.clone(), workload::client_options())?;
+    let kv = client.kv(NAMESPACE);
+    while crate::now() < context.healed_at {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let healed = crate::now();
+    let mut attempt = 0u64;
+    loop {
+        attempt += 1;
+        let value = format!("liveness.{attempt}");
+        let slot = history::invoke(
+            &context.history,
+            VERIFIER,
+            Call::Set {
+                key: "liveness".to_owned(),
+                value: value.clone(),
+            },
+        );
+        let result = kv.set("liveness").bytes(&value).send().await;
+        let written = result.is_ok();
+        history::complete(
+            &context.history,
+            slot,
+            match result {
+                Ok(version) => Outcome::Written { version },
+                Err(_) => Outcome::Unknown,
+            },
+        );
+        if written {
+            context.verification.borrow_mut().recovery = Some(crate::now() - healed);
+            break;
+        }
+        if crate::now() - healed > LIVENESS_BOUND * 3 {
+            context.problem(
+                "liveness",
+                format!("no write succeeded within {:?} of the heal", LIVENESS_BOUND * 3),
+            );
+            return Ok(());
+        }
+    }
+    while *context.finished_clients.borrow() < context.clients {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let Some(voters) = converge(&context).await else {
+        return Ok(());
+    };
+    let mut replicas = Vec::new();
+    for member in context.members.iter().filter(|member| voters.contains(&member.id)) {
+        let Some(running) = member.running.borrow().clone() else {
+            continue;
+        };
+        match replica_state(member.id, &running.reader) {
+            Ok(replica) => replicas.push(replica),
+            Err(error) => context.problem("convergence", format!("reading member {}: {error}", member.id)),
+        }
+    }
+    context.verification.borrow_mut().replicas = replicas;
+    let final_keys = (0..context.keys)
+        .map(|index| format!("k{index}"))
+        .chain(["liveness".to_owned()]);
+    for key in final_keys {
+        let slot = history::invoke(&context.history, VERIFIER, Call::Get { key: key.clone() });
+        let outcome = match kv.get_entry(&key).await {
+            Ok(entry) => {
+                Outcome::Read(entry.map(|entry| (String::from_utf8_lossy(&entry.value).into_owned(), entry.version)))
+            }
+            Err(error) => {
+                context.problem("liveness", format!("the final read of {key:?} failed: {error}"));
+                Outcome::Failed
+            }
+        };
+        history::complete(&context.history, slot, outcome);
+    }
+    context.verification.borrow_mut().done = true;
+    Ok(())
+}
+
+/// Waits until every voter runs and has applied the same index, twice in a
+/// row; returns the voters.
+async fn converge(context: &VerifierContext) -> Option<BTreeSet<u64>> {
+    let started = crate::now();
+    let mut previous: Option<(BTreeSet<u64>, u64)> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let leader_metrics = context.members.iter().find_map(|member| {
+            let running = member.running.borrow();
+            let metrics = running.as_ref()?.raft.metrics().borrow().clone();
+            (metrics.state == ServerState::Leader).then_some(metrics)
+        });
+        let current = leader_metrics.and_then(|metrics| {
+            let voters: BTreeSet<u64> = metrics.membership_config.membership().voter_ids().collect();
+            let applied: BTreeSet<Option<u64>> = voters
+                .iter()
+                .map(|id| {
+                    let member = context.members.iter().find(|member| member.id == *id)?;
+                    let running = member.running.borrow();
+                    Some(running.as_ref()?.reader.applied_index())
+                })
+                .collect();
+            let last_log = metrics.last_log_index.unwrap_or(0);
+            match applied.into_iter().collect::<Vec<_>>().as_slice() {
+                [Some(index)] if *index == last_log => Some((voters, *index)),
+                _ => None,
+            }
+        });
+        if current.is_some() && current == previous {
+            return current.map(|(voters, _)| voters);
+        }
+        previous = current;
+        if crate::now() - started > SETTLE_TIME_MAX / 2 {
+            context.problem(
+                "convergence",
+                format!("the voters did not apply the same log within {:?}", SETTLE_TIME_MAX / 2),
+            );
+            return None;
+        }
+    }
+}
+
+fn replica_state(id: u64, reader: &StateReader<SelectedEngine>) -> Result<ReplicaState, String> {
+    let applied_index = reader.applied_index();
+    let digest = reader.state_digest().map_err(|error| error.to_string())?;
+    let mut changes = Vec::new();
+    let mut after = (0, 0);
+    let mut changes_trimmed = false;
+    loop {
+        match reader.changes(after, 1000, "").map_err(|error| error.to_string())? {
+            Ok(page) => {
+                let done = page.resume_after == after;
+                after = page.resume_after;
+                changes.extend(page.events);
+                if done {
+                    break;
+                }
+            }
+            Err(_) => {
+                changes_trimmed = true;
+                break;
+            }
+        }
+    }
+    Ok(ReplicaState {
+        id,
+        applied_index,
+        digest,
+        changes,
+        changes_trimmed,
+    })
+}

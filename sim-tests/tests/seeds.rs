@@ -1,0 +1,109 @@
+//! Fixed seeds per fault mix (the CI set), and `replay` for one seed.
+//!
+//! `LODE_SIM_SEEDS=N` runs N seeds per mix instead of the CI count (a
+//! soak); `LODE_SIM_FIRST_SEED` moves the window. A failing seed prints the
+//! command that replays it.
+
+use std::time::Instant;
+
+use lode_sim_tests::{run, FaultMix, Scenario};
+
+/// Seeds per fault mix in CI.
+const CI_SEEDS: u64 = 200;
+
+fn seed_window() -> std::ops::Range<u64> {
+    let count = std::env::var("LODE_SIM_SEEDS")
+        .ok()
+        .and_then(|count| count.parse().ok())
+        .unwrap_or(CI_SEEDS);
+    let first = std::env::var("LODE_SIM_FIRST_SEED")
+        .ok()
+        .and_then(|first| first.parse().ok())
+        .unwrap_or(0);
+    first..first + count
+}
+
+fn run_mix(mix: FaultMix) {
+    let started = Instant::now();
+    let mut failures = Vec::new();
+    let mut operations = 0;
+    let mut unknown = 0;
+    let mut faults = 0;
+    let seeds = seed_window();
+    for seed in seeds.clone() {
+        let report = run(&Scenario::new(seed, mix));
+        operations += report.history.operations.len();
+        unknown += report
+            .history
+            .operations
+            .iter()
+            .filter(|operation| operation.outcome == lode_sim_tests::history::Outcome::Unknown)
+            .count();
+        faults += report.faults_applied.len();
+        if !report.violations.is_empty() {
+            eprintln!("seed {seed} ({mix}) failed: {:#?}", report.violations);
+            eprintln!("replay with: {}", report.replay_command());
+            failures.push(seed);
+        }
+    }
+    eprintln!(
+        "{mix}: {} seeds, {operations} operations ({unknown} with unknown outcome), {faults} faults, {:.1} s",
+        seeds.end - seeds.start,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{mix}: failing seeds {failures:?}");
+}
+
+#[test]
+fn partitions() {
+    run_mix(FaultMix::Partitions);
+}
+
+#[test]
+fn crashes() {
+    run_mix(FaultMix::Crashes);
+}
+
+#[test]
+fn network() {
+    run_mix(FaultMix::Network);
+}
+
+#[test]
+fn membership() {
+    run_mix(FaultMix::Membership);
+}
+
+/// Replays `LODE_SIM_SEED` under `LODE_SIM_MIX` (default: seed 0, crashes)
+/// and prints its history and faults.
+#[test]
+fn replay() {
+    let seed = std::env::var("LODE_SIM_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or(0);
+    let mix: FaultMix = std::env::var("LODE_SIM_MIX")
+        .ok()
+        .map(|mix| mix.parse().unwrap_or_else(|error: String| panic!("{error}")))
+        .unwrap_or(FaultMix::Crashes);
+    let report = run(&Scenario::new(seed, mix));
+    if std::env::var("LODE_SIM_SEED").is_ok() {
+        for fault in &report.faults_applied {
+            eprintln!("fault {fault}");
+        }
+        for operation in &report.history.operations {
+            eprintln!("{operation:?}");
+        }
+        for write in &report.history.fenced_writes {
+            eprintln!("{write:?}");
+        }
+    }
+    eprintln!(
+        "seed {seed} ({mix}): trace digest {:016x}, {} operations, simulated {:?}, recovery {:?}",
+        report.trace_digest,
+        report.history.operations.len(),
+        report.simulated,
+        report.recovery
+    );
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+}
