@@ -307,6 +307,13 @@ impl Client {
                     self.rotate(index);
                     last_error = error;
                 }
+                // The serving member lost its leadership with the mutation in
+                // flight: sending it again (same op id) settles it.
+                Ok(Err(LodeError::AmbiguousMutation { detail, .. })) if op_id.is_some() => {
+                    uncertain = Some(format!("{detail} at {}", connection.address()));
+                    self.rotate(index);
+                    last_error = LodeError::Unavailable(detail);
+                }
                 Ok(Err(error)) => return Err(error),
                 Err(failure) => {
                     if !matches!(failure, CallFailure::Dial(_)) {

@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod clock;
 pub mod convert;
 pub mod dev;
 pub mod embedded;

@@ -23,11 +23,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::clock::MemberClock;
 use crate::network::{NetworkFactory, PeerConnections};
 use crate::proposer::Proposer;
 use crate::reads::ReadIndex;
 use crate::service::NodeService;
-use lode_client::facade;
 
 /// Most log entries in one Raft append message; with `proposal_bytes_max`
 /// it bounds the largest frame between peers.
@@ -82,6 +82,9 @@ pub struct NodeConfig {
     pub change_log_events_max: u64,
     /// Most bytes of change events the cluster keeps while this node leads.
     pub change_log_bytes_max: u64,
+    /// How far this member's clock is from the environment's. Zero in
+    /// production (no flag sets it); the simulation skews members' clocks.
+    pub clock_offset_micros: i64,
 }
 
 impl NodeConfig {
@@ -102,6 +105,7 @@ impl NodeConfig {
             dedup_retention_ms: lode_raft_store::limits::DEDUP_RETENTION_MICROS / 1000,
             change_log_events_max: lode_raft_store::limits::CHANGE_EVENTS_MAX_DEFAULT,
             change_log_bytes_max: lode_raft_store::limits::CHANGE_BYTES_MAX_DEFAULT,
+            clock_offset_micros: 0,
         }
     }
 }
@@ -115,6 +119,7 @@ pub struct Shared {
     pub proposer: Proposer,
     pub peers: PeerConnections,
     pub config: NodeConfig,
+    pub clock: MemberClock,
     /// Requests being served; shutdown waits for them.
     pub in_flight: Arc<()>,
 }
@@ -179,6 +184,7 @@ impl Node {
         )
         .await?;
         let read_index = ReadIndex::start(raft.clone());
+        let clock = MemberClock::new(config.clock_offset_micros);
         let shared = Arc::new(Shared {
             id: config.id,
             raft: raft.clone(),
@@ -191,9 +197,11 @@ impl Node {
                     change_events_max: config.change_log_events_max,
                     change_bytes_max: config.change_log_bytes_max,
                 },
+                clock,
             ),
             peers,
             config: config.clone(),
+            clock,
             in_flight: Arc::new(()),
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
@@ -352,7 +360,7 @@ async fn sweep_expired(shared: Arc<Shared>) {
         if shared.raft.current_leader().await != Some(shared.id) {
             continue;
         }
-        match shared.reader.expired_awaiting_sweep(facade::now_micros(), 1) {
+        match shared.reader.expired_awaiting_sweep(shared.clock.now_micros(), 1) {
             Ok(0) => continue,
             Ok(_) => {}
             Err(error) => {

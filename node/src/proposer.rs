@@ -11,16 +11,17 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use lode_client::error::LeaderHint;
+use lode_client::error::{LeaderHint, MutationRecovery};
 use lode_client::LodeError;
 use lode_raft_store::command::{Command, CommandOutcome, OpId, Proposal, Retention};
 use lode_raft_store::TypeConfig;
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, Raft};
+use openraft::{BasicNode, Raft, ServerState};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use lode_client::facade;
+use crate::clock::MemberClock;
 
 /// Most commands in one log entry.
 pub const PROPOSAL_COMMANDS_MAX: usize = 512;
@@ -32,6 +33,9 @@ pub const PROPOSAL_BYTES_MAX: usize = 2 << 20;
 pub const PROPOSALS_IN_FLIGHT_MAX: usize = 4;
 /// Most commands waiting for a proposal; beyond it writers get `unavailable`.
 pub const COMMANDS_WAITING_MAX: usize = 65_536;
+/// How often a waiting proposal checks that this member still leads in the
+/// term it was proposed in.
+pub const LEADERSHIP_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
 type Reply = oneshot::Sender<Result<CommandOutcome, LodeError>>;
 
@@ -46,6 +50,7 @@ struct Waiting {
 #[derive(Clone)]
 pub struct Proposer {
     waiting: mpsc::Sender<Waiting>,
+    clock: MemberClock,
     last_stamp_micros: Arc<AtomicU64>,
 }
 
@@ -65,18 +70,19 @@ pub fn write_error(error: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> L
 
 impl Proposer {
     /// Starts the proposing task for `raft`.
-    pub fn start(raft: Raft<TypeConfig>, retention: Retention) -> Self {
+    pub fn start(raft: Raft<TypeConfig>, retention: Retention, clock: MemberClock) -> Self {
         let (waiting, receiver) = mpsc::channel(COMMANDS_WAITING_MAX);
         tokio::spawn(run(raft, receiver, retention));
         Self {
             waiting,
+            clock,
             last_stamp_micros: Arc::new(AtomicU64::new(0)),
         }
     }
 
     /// The leader's time for a new command: `max(now, last stamped + 1)`.
     fn stamp(&self) -> u64 {
-        let now = facade::now_micros();
+        let now = self.clock.now_micros();
         let previous = self
             .last_stamp_micros
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(now.max(last + 1)))
@@ -170,7 +176,31 @@ async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, rete
                 .map(|waiting| (waiting.command, waiting.reply))
                 .unzip();
             let count = commands.len();
-            match raft.client_write(Proposal { commands, retention }).await {
+            let op_ids: Vec<Option<OpId>> = commands
+                .iter()
+                .map(|command| {
+                    let Command::V1(v1) = command;
+                    v1.op_id
+                })
+                .collect();
+            let term = raft.metrics().borrow().current_term;
+            let written = tokio::select! {
+                biased;
+                written = raft.client_write(Proposal { commands, retention }) => written,
+                () = leadership_lost(&raft, term) => {
+                    // openraft answers a proposal when its entry applies or
+                    // is truncated, but not when a snapshot install replaces
+                    // the log it was in: without this the proposal, and its
+                    // in-flight slot, would wait forever. The entry may
+                    // still commit under the next leader.
+                    for (reply, op_id) in replies.into_iter().zip(op_ids) {
+                        let _ = reply.send(Err(abandoned(op_id)));
+                    }
+                    drop(permit);
+                    return;
+                }
+            };
+            match written {
                 Ok(response) if response.data.outcomes.len() == count => {
                     for (reply, outcome) in replies.into_iter().zip(response.data.outcomes) {
                         // A writer that gave up has dropped its receiver.
@@ -196,6 +226,32 @@ async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, rete
             }
             drop(permit);
         });
+    }
+}
+
+/// Returns once this member no longer leads in `term`. Polls, because a
+/// metrics watch wakes its waiters in random order, which the deterministic
+/// simulation cannot replay.
+async fn leadership_lost(raft: &Raft<TypeConfig>, term: u64) {
+    loop {
+        tokio::time::sleep(LEADERSHIP_CHECK_INTERVAL).await;
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        if metrics.current_term != term || metrics.state != ServerState::Leader {
+            return;
+        }
+    }
+}
+
+/// The answer to a command whose proposal lost its leader before an outcome.
+fn abandoned(op_id: Option<OpId>) -> LodeError {
+    let detail = "the leader lost leadership before the proposal's outcome was known".to_owned();
+    match op_id {
+        Some(op_id) => LodeError::AmbiguousMutation {
+            recovery: MutationRecovery::RetrySameOperation { op_id: op_id.0 },
+            detail,
+        },
+        None => LodeError::Unavailable(detail),
     }
 }
 

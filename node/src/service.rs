@@ -15,8 +15,6 @@ use lode_client::protocol::{
     MemberStatus, Query, QueryResult, RaftMessageKind, ReadRequest, ReadResponse, WriteRequest, WriteResponse,
 };
 use lode_client::LodeError;
-use lode_raft_store::command::{Command, Operation};
-use lode_raft_store::injected_bugs::{self, InjectedBug};
 use lode_raft_store::TypeConfig;
 use openraft::{BasicNode, ChangeMembers, ServerState};
 use serde::de::DeserializeOwned;
@@ -26,7 +24,6 @@ use tracing::Instrument;
 
 use crate::convert;
 use crate::node::Shared;
-use lode_client::facade;
 
 /// Most expired entries a status counts.
 pub const EXPIRED_COUNTED_MAX: usize = 10_000;
@@ -85,9 +82,6 @@ impl NodeService {
         convert::validate_client_write(&request)?;
         let mut command = convert::command(&request);
         convert::cap_lease_ttls(&mut command, self.shared.config.lease_ttl_ms_max.saturating_mul(1000));
-        if injected_bugs::enabled(InjectedBug::LeaseCheckedAtRequest) {
-            self.check_fences_at_request(&command)?;
-        }
         let outcome = match self.shared.proposer.propose(command).await {
             Ok(outcome) => outcome,
             Err(LodeError::NotLeader { hint: Some(hint) }) if hint.id != self.shared.id => {
@@ -107,30 +101,11 @@ impl NodeService {
         })
     }
 
-    /// The injected bug's fence check: the leader's clock, now, instead of
-    /// apply's judgement at the write's position.
-    fn check_fences_at_request(&self, command: &Command) -> Result<(), LodeError> {
-        let Command::V1(command) = command;
-        for operation in &command.operations {
-            if let Operation::Set { fence: Some(fence), .. } = operation {
-                let lease = self
-                    .shared
-                    .reader
-                    .lease(&fence.namespace, &fence.key, facade::now_micros())
-                    .map_err(|error| LodeError::Unavailable(error.to_string()))?;
-                if lease.map(|lease| lease.token) != Some(fence.token) {
-                    return Err(LodeError::LeaseLost);
-                }
-            }
-        }
-        Ok(())
-    }
-
     fn read_local(&self, request: &ReadRequest) -> Result<ReadResponse, LodeError> {
         // The position is read before the state, so the state served is at
         // least as new as the position reported.
         let position = self.shared.reader.applied_index();
-        let result = self.answer(&request.query, facade::now_micros())?;
+        let result = self.answer(&request.query, self.shared.clock.now_micros())?;
         Ok(ReadResponse { result, position })
     }
 
@@ -249,7 +224,7 @@ impl NodeService {
                 limit,
                 wait_ms: 0,
             };
-            let result = self.answer(&query, facade::now_micros())?;
+            let result = self.answer(&query, self.shared.clock.now_micros())?;
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             let progressed = matches!(&result, QueryResult::Changes { events, resume_after }
                 if !events.is_empty() || *resume_after != after);
@@ -353,7 +328,7 @@ impl NodeService {
             expired_awaiting_sweep: self
                 .shared
                 .reader
-                .expired_awaiting_sweep(facade::now_micros(), EXPIRED_COUNTED_MAX)
+                .expired_awaiting_sweep(self.shared.clock.now_micros(), EXPIRED_COUNTED_MAX)
                 .unwrap_or_else(|error| {
                     tracing::error!(%error, "reading the expiry index failed");
                     0

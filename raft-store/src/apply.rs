@@ -347,8 +347,9 @@ fn apply_operation<E: Engine>(
         } => {
             if let Some(fence) = fence {
                 let lease_key = keys::entry_key(&keys::lease_namespace(&fence.namespace), &fence.key);
-                let held = live(overlay, &lease_key, now_micros)?.is_some_and(|lease| lease.version == fence.token);
-                if !held && !injected_bugs::enabled(InjectedBug::LeaseCheckedAtRequest) {
+                let held = live(overlay, &lease_key, injected_bugs::lease_time(now_micros))?
+                    .is_some_and(|lease| lease.version == fence.token);
+                if !held {
                     return Ok(Err(Rejection::LeaseLost(format!(
                         "lease {} in namespace {:?} is not held with token {}",
                         keys::display_key(&fence.key),
@@ -466,7 +467,7 @@ fn apply_operation<E: Engine>(
             ttl_micros,
         } => {
             let lease_key = keys::entry_key(&keys::lease_namespace(namespace), key);
-            if let Some(live_lease) = live(overlay, &lease_key, now_micros)? {
+            if let Some(live_lease) = live(overlay, &lease_key, injected_bugs::lease_time(now_micros))? {
                 return Ok(Err(Rejection::VersionConflict {
                     key: key.clone(),
                     current: Some(live_lease.version),
@@ -496,7 +497,7 @@ fn apply_operation<E: Engine>(
             ttl_micros,
         } => {
             let lease_key = keys::entry_key(&keys::lease_namespace(namespace), key);
-            let Some(mut lease) = live(overlay, &lease_key, now_micros)?
+            let Some(mut lease) = live(overlay, &lease_key, injected_bugs::lease_time(now_micros))?
                 .filter(|lease| lease.version == *token && lease.value == holder.as_bytes())
             else {
                 return Ok(Err(Rejection::LeaseLost(format!(
@@ -520,7 +521,7 @@ fn apply_operation<E: Engine>(
             token,
         } => {
             let lease_key = keys::entry_key(&keys::lease_namespace(namespace), key);
-            let held = live(overlay, &lease_key, now_micros)?
+            let held = live(overlay, &lease_key, injected_bugs::lease_time(now_micros))?
                 .is_some_and(|lease| lease.version == *token && lease.value == holder.as_bytes());
             if held {
                 overlay.remove(batch, lease_key)?;

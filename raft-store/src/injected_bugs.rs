@@ -19,11 +19,12 @@ pub enum InjectedBug {
     AcknowledgeBeforeSync,
     /// Apply ignores the dedup table, so a retried command applies twice.
     SkipDedup,
-    /// The leader judges a fenced write's lease with its own clock when the
-    /// request arrives, and apply trusts that judgement, instead of apply
-    /// judging it at the write's log position with the command's time; a
-    /// holder acquiring in between slips past the fence.
-    LeaseCheckedAtRequest,
+    /// Apply judges lease validity (fences, acquisitions, renewals,
+    /// releases) with the applying member's clock at the moment it reads
+    /// the lease, instead of the command's time: members that apply an
+    /// entry later (a lagging follower, a restarted member replaying its
+    /// log) judge it differently from the leader.
+    LeaseJudgedByLocalClock,
 }
 
 impl InjectedBug {
@@ -31,7 +32,7 @@ impl InjectedBug {
         InjectedBug::StaleLeaderReads,
         InjectedBug::AcknowledgeBeforeSync,
         InjectedBug::SkipDedup,
-        InjectedBug::LeaseCheckedAtRequest,
+        InjectedBug::LeaseJudgedByLocalClock,
     ];
 
     fn bit(self) -> u8 {
@@ -39,13 +40,30 @@ impl InjectedBug {
             InjectedBug::StaleLeaderReads => 1,
             InjectedBug::AcknowledgeBeforeSync => 2,
             InjectedBug::SkipDedup => 4,
-            InjectedBug::LeaseCheckedAtRequest => 8,
+            InjectedBug::LeaseJudgedByLocalClock => 8,
         }
     }
 }
 
 thread_local! {
     static ENABLED: Cell<u8> = const { Cell::new(0) };
+    static LOCAL_CLOCK: Cell<Option<fn() -> u64>> = const { Cell::new(None) };
+}
+
+/// The wall clock `LeaseJudgedByLocalClock` reads (test-only; this crate
+/// has no clock of its own).
+pub fn set_local_clock(clock: fn() -> u64) {
+    LOCAL_CLOCK.with(|local| local.set(Some(clock)));
+}
+
+/// The time `apply` judges leases by: the command's, unless the bug is on.
+pub(crate) fn lease_time(command_micros: u64) -> u64 {
+    if !enabled(InjectedBug::LeaseJudgedByLocalClock) {
+        return command_micros;
+    }
+    LOCAL_CLOCK
+        .with(|local| local.get())
+        .map_or(command_micros, |clock| clock())
 }
 
 /// Turns `bug` on for this thread (test-only).

@@ -125,6 +125,9 @@ pub struct Scenario {
     pub lock_clients: usize,
     pub keys: usize,
     pub lease_ttl: Duration,
+    /// Each member's clock offset (index: id − 1): members' clocks
+    /// disagree, as real ones do.
+    pub clock_offsets_ms: Vec<i64>,
     /// Applied entries between snapshots: small, so lagging members get
     /// snapshots instead of log.
     pub snapshot_logs_max: u64,
@@ -133,6 +136,9 @@ pub struct Scenario {
     pub faults: Vec<(Duration, Fault)>,
     pub bugs: Vec<InjectedBug>,
 }
+
+/// The largest clock offset of a member, either way.
+pub const CLOCK_OFFSET_MS_MAX: i64 = 250;
 
 /// A write must succeed within this long after the last fault healed.
 pub const LIVENESS_BOUND: Duration = Duration::from_secs(10);
@@ -153,6 +159,9 @@ impl Scenario {
             lock_clients: random.gen_range(2..=3),
             keys: random.gen_range(2..=4),
             lease_ttl: Duration::from_millis(random.gen_range(300..800)),
+            clock_offsets_ms: (0..=members)
+                .map(|_| random.gen_range(-CLOCK_OFFSET_MS_MAX..=CLOCK_OFFSET_MS_MAX))
+                .collect(),
             snapshot_logs_max: random.gen_range(40..200),
             workload,
             faults: Vec::new(),
@@ -180,7 +189,7 @@ impl Scenario {
         let mut removed: Option<u64> = None;
         let mut added = false;
         while at < self.workload {
-            let hold_for = Duration::from_millis(random.gen_range(300..2_000));
+            let hold_for = Duration::from_millis(random.gen_range(300..3_000));
             let (fault, heal) = match self.mix {
                 FaultMix::Partitions => match random.gen_range(0..4) {
                     0 => {

@@ -27,6 +27,8 @@ use crate::workload::{self, KvClientPlan, LockClientPlan, NAMESPACE};
 pub const PORT: u16 = 7000;
 /// The history's client number of the verifier.
 pub const VERIFIER: usize = 1000;
+/// Watchers are clients `WATCHER_FIRST + member id`.
+pub const WATCHER_FIRST: usize = 200;
 /// How long after the workload the run may take before it counts as stuck.
 pub const SETTLE_TIME_MAX: Duration = Duration::from_secs(60);
 
@@ -115,6 +117,7 @@ pub fn run(scenario: &Scenario) -> RunReport {
     crate::logging::init();
     lode_raft_store::runtime::seed_thread_rng(scenario.seed);
     injected_bugs::disable_all();
+    injected_bugs::set_local_clock(facade::now_micros);
     for bug in &scenario.bugs {
         injected_bugs::enable(*bug);
     }
@@ -161,6 +164,12 @@ fn run_enabled(scenario: &Scenario) -> RunReport {
         config.snapshot_logs_max = scenario.snapshot_logs_max;
         config.forward_timeout_ms = 2_000;
         config.read_wait_ms_max = 2_000;
+        config.clock_offset_micros = scenario
+            .clock_offsets_ms
+            .get(member.id as usize - 1)
+            .copied()
+            .unwrap_or(0)
+            * 1000;
         let running = member.running.clone();
         sim.host(host(member.id), move || {
             let config = config.clone();
@@ -189,10 +198,30 @@ fn run_enabled(scenario: &Scenario) -> RunReport {
             seed: scenario.seed.wrapping_mul(31).wrapping_add(client as u64 + 1),
             keys: scenario.keys,
             until: scenario.workload,
+            read_only: false,
         };
         let (endpoints, history, finished) = (endpoints.clone(), history.clone(), finished_clients.clone());
         sim.client(format!("c{client}"), async move {
             workload::run_kv_client(plan, endpoints, history).await;
+            *finished.borrow_mut() += 1;
+            Ok(())
+        });
+    }
+    // One watcher per founding member: it only reads, and only from that
+    // member, as a configuration watcher colocated with a member does. A
+    // member that serves a stale read is caught by its own watcher.
+    for id in 1..=scenario.members {
+        let client = WATCHER_FIRST + id as usize;
+        let plan = KvClientPlan {
+            client,
+            seed: scenario.seed.wrapping_mul(41).wrapping_add(id),
+            keys: scenario.keys,
+            until: scenario.workload,
+            read_only: true,
+        };
+        let (history, finished) = (history.clone(), finished_clients.clone());
+        sim.client(format!("w{id}"), async move {
+            workload::run_kv_client(plan, vec![address(id)], history).await;
             *finished.borrow_mut() += 1;
             Ok(())
         });
@@ -221,6 +250,7 @@ fn run_enabled(scenario: &Scenario) -> RunReport {
 
     let mut host_names: Vec<String> = members.iter().map(|member| host(member.id)).collect();
     host_names.extend((0..scenario.kv_clients).map(|client| format!("c{client}")));
+    host_names.extend((1..=scenario.members).map(|id| format!("w{id}")));
     host_names.extend((0..scenario.lock_clients).map(|index| format!("l{index}")));
     host_names.extend(["operator".to_owned(), "verifier".to_owned()]);
     let verification = Rc::new(RefCell::new(Verification::default()));
@@ -229,7 +259,7 @@ fn run_enabled(scenario: &Scenario) -> RunReport {
             endpoints: endpoints.clone(),
             history: history.clone(),
             members: members.clone(),
-            clients: scenario.kv_clients + scenario.lock_clients,
+            clients: scenario.kv_clients + scenario.members as usize + scenario.lock_clients,
             finished_clients: finished_clients.clone(),
             keys: scenario.keys,
             healed_at: scenario.workload,
@@ -248,6 +278,8 @@ fn run_enabled(scenario: &Scenario) -> RunReport {
     ] {
         faults.push_back((scenario.workload, heal));
     }
+    // A fault's heal may fall after the workload's end; the end heals it.
+    faults.make_contiguous().sort_by_key(|(at, _)| *at);
     let mut driver = Driver {
         members: members.clone(),
         crashed: BTreeSet::new(),
@@ -515,6 +547,9 @@ async fn verify(context: VerifierContext) -> turmoil::Result {
             },
         );
         let result = kv.set("liveness").bytes(&value).send().await;
+        if let Err(error) = &result {
+            tracing::info!(%error, attempt, "a liveness write failed");
+        }
         let written = result.is_ok();
         history::complete(
             &context.history,

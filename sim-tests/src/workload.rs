@@ -25,7 +25,7 @@ pub const GUARDED_KEY: &str = "guarded";
 /// partitioned member give up and move on in simulated seconds.
 pub fn client_options() -> ClientOptions {
     ClientOptions {
-        attempt_timeout: Duration::from_millis(1_000),
+        attempt_timeout: Duration::from_millis(400),
         call_timeout: Duration::from_millis(3_000),
         backoff_initial: Duration::from_millis(20),
         backoff_max: Duration::from_millis(200),
@@ -63,6 +63,8 @@ pub struct KvClientPlan {
     pub seed: u64,
     pub keys: usize,
     pub until: Duration,
+    /// Only reads (a configuration watcher, say).
+    pub read_only: bool,
 }
 
 /// Runs a key-value client until `plan.until` (simulated time).
@@ -79,7 +81,7 @@ pub async fn run_kv_client(plan: KvClientPlan, endpoints: Vec<String>, history: 
     let mut written = 0u64;
     while turmoil::elapsed() < plan.until {
         let key = format!("k{}", random.gen_range(0..plan.keys));
-        let choice = random.gen_range(0..100);
+        let choice = if plan.read_only { 0 } else { random.gen_range(0..100) };
         if choice < 40 {
             let slot = history::invoke(&history, plan.client, Call::Get { key: key.clone() });
             let outcome = match kv.get_entry(&key).await {
