@@ -33,6 +33,10 @@ use crate::service::NodeService;
 /// it bounds the largest frame between peers.
 pub const RAFT_PAYLOAD_ENTRIES_MAX: u64 = 16;
 
+/// How long a log purge waits for the snapshot it follows to reach the
+/// disk (an install runs beside it); past that it purges what is covered.
+pub const PURGE_WAIT_FOR_SNAPSHOT: Duration = Duration::from_secs(30);
+
 /// How a node becomes part of a cluster on its first start.
 #[derive(Clone, Debug)]
 pub enum Membership {
@@ -163,6 +167,7 @@ impl Node {
         let (log_engine, state_engine) = (Arc::new(log_engine), Arc::new(state_engine));
         let state_machine = StateMachineStore::open(state_engine)?;
         let reader = state_machine.reader();
+        let snapshot_on_disk = state_machine.snapshot_on_disk();
         let raft_config = Config {
             cluster_name: "lode".to_owned(),
             heartbeat_interval: config.heartbeat_interval_ms,
@@ -179,7 +184,7 @@ impl Node {
             config.id,
             raft_config,
             NetworkFactory { peers: peers.clone() },
-            LogStore::new(log_engine),
+            LogStore::new(log_engine).purging_only_behind(snapshot_on_disk, PURGE_WAIT_FOR_SNAPSHOT),
             state_machine,
         )
         .await?;

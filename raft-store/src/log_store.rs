@@ -9,6 +9,7 @@
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, RaftLogId, StorageError, StorageIOError, Vote};
@@ -17,7 +18,11 @@ use crate::engine::{run_blocking, Durability, Engine, Space, WriteBatch};
 use crate::error::{decode, encode, EngineError};
 use crate::injected_bugs::{self, InjectedBug};
 use crate::keys::{self, meta};
+use crate::state_machine::SnapshotOnDisk;
 use crate::type_config::{NodeId, TypeConfig};
+
+/// How often a purge looks whether the snapshot it waits for is on disk.
+const PURGE_POLL_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Most log entries one read returns; openraft asks again for the rest.
 const LOG_READ_ENTRIES_MAX: usize = 4096;
@@ -25,12 +30,16 @@ const LOG_READ_ENTRIES_MAX: usize = 4096;
 /// The Raft log and vote of one node. Clones share the engine.
 pub struct LogStore<E: Engine> {
     engine: Arc<E>,
+    /// When set, purges wait (this long at most) for the snapshot on disk
+    /// to cover them, and stop at it.
+    purge_limit: Option<(SnapshotOnDisk, Duration)>,
 }
 
 impl<E: Engine> Clone for LogStore<E> {
     fn clone(&self) -> Self {
         Self {
             engine: self.engine.clone(),
+            purge_limit: self.purge_limit.clone(),
         }
     }
 }
@@ -51,7 +60,22 @@ pub(crate) fn write_error(error: EngineError) -> StorageError<NodeId> {
 
 impl<E: Engine> LogStore<E> {
     pub fn new(engine: Arc<E>) -> Self {
-        Self { engine }
+        Self {
+            engine,
+            purge_limit: None,
+        }
+    }
+
+    /// Purges no entry the snapshot on disk does not cover, whatever
+    /// openraft asks: openraft 0.9 purges right after it hands a snapshot
+    /// to the state machine to install, without waiting for the install to
+    /// be durable (see [`SnapshotOnDisk`]). A purge waits up to `wait` for
+    /// the snapshot to reach the disk. It must not simply be skipped: after
+    /// an install the log has a gap below the snapshot, which only a purge
+    /// explains.
+    pub fn purging_only_behind(mut self, snapshot: SnapshotOnDisk, wait: Duration) -> Self {
+        self.purge_limit = Some((snapshot, wait));
+        self
     }
 
     fn read_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, EngineError> {
@@ -209,6 +233,35 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let log_id = match &self.purge_limit {
+            None => log_id,
+            Some((snapshot, wait)) => {
+                let covers = |snapshot: &SnapshotOnDisk| {
+                    snapshot
+                        .last_log_id()
+                        .is_some_and(|stored| stored.index >= log_id.index)
+                };
+                let deadline = tokio::time::Instant::now() + *wait;
+                while !covers(snapshot) && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(PURGE_POLL_INTERVAL).await;
+                }
+                match snapshot.last_log_id() {
+                    Some(stored) if stored.index >= log_id.index => log_id,
+                    Some(stored) => {
+                        tracing::warn!(asked = %log_id, snapshot = %stored, "purging only what the snapshot on disk covers");
+                        stored
+                    }
+                    None => {
+                        tracing::warn!(asked = %log_id, "no snapshot on disk; purging nothing");
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        let purged: Option<LogId<NodeId>> = self.read_meta::<LogId<NodeId>>(meta::LAST_PURGED).map_err(read_error)?;
+        if purged.is_some_and(|purged| purged.index >= log_id.index) {
+            return Ok(());
+        }
         // `last_purged` and the range delete share one batch, so no reader
         // ever sees a log whose start is unexplained.
         let mut batch = WriteBatch::default();

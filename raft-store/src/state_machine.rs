@@ -28,6 +28,51 @@ pub struct StateMachineStore<E: Engine> {
     engine: Arc<E>,
     applied: AppliedIndex,
     snapshot_sequence: u64,
+    stored_snapshot: SnapshotOnDisk,
+}
+
+/// The last log id of the snapshot on disk, and the lock every snapshot
+/// save takes. Shared with the log store, which never purges past it.
+///
+/// openraft 0.9 builds a snapshot in a task of its own while the state
+/// machine may install a newer one from the leader, so a build that
+/// finishes last must not replace the newer snapshot with its older one.
+/// And after installing a snapshot it purges the log without waiting for
+/// the install to reach the disk. Either way a crash would leave the log
+/// purged past the stored snapshot, and the member could not start again:
+/// the real-process test (`node/tests/linearizability.rs`) caught it.
+#[derive(Clone, Debug, Default)]
+pub struct SnapshotOnDisk {
+    last_log_id: Arc<std::sync::Mutex<Option<LogId<NodeId>>>>,
+}
+
+impl SnapshotOnDisk {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<LogId<NodeId>>> {
+        // A panic while holding the lock leaves the id of a completely saved
+        // snapshot or of the previous one; either is true of the disk.
+        self.last_log_id.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The last log id the snapshot on disk covers.
+    pub fn last_log_id(&self) -> Option<LogId<NodeId>> {
+        *self.lock()
+    }
+}
+
+/// Saves `stored` unless the snapshot on disk is at least as new; returns
+/// whether it was saved.
+fn save_if_newer<E: Engine>(
+    engine: &E,
+    on_disk: &SnapshotOnDisk,
+    stored: &StoredSnapshot,
+) -> Result<bool, EngineError> {
+    let mut last_log_id = on_disk.lock();
+    if last_log_id.is_some() && *last_log_id >= stored.meta.last_log_id {
+        return Ok(false);
+    }
+    engine.save_snapshot(&stored.to_bytes()?)?;
+    *last_log_id = stored.meta.last_log_id;
+    Ok(true)
 }
 
 impl<E: Engine> std::fmt::Debug for StateMachineStore<E> {
@@ -54,8 +99,10 @@ impl<E: Engine> StateMachineStore<E> {
     /// that it never falls behind the log's start.
     pub fn open(engine: Arc<E>) -> Result<Self, EngineError> {
         let mut applied = applied_log_id(engine.as_ref())?;
+        let mut stored_snapshot = None;
         if let Some(bytes) = engine.load_snapshot()? {
             let snapshot = StoredSnapshot::from_bytes(&bytes)?;
+            stored_snapshot = snapshot.meta.last_log_id;
             if snapshot.meta.last_log_id > applied {
                 tracing::warn!(
                     snapshot = ?snapshot.meta.last_log_id,
@@ -71,7 +118,15 @@ impl<E: Engine> StateMachineStore<E> {
             engine,
             applied: AppliedIndex::new(index),
             snapshot_sequence: 0,
+            stored_snapshot: SnapshotOnDisk {
+                last_log_id: Arc::new(std::sync::Mutex::new(stored_snapshot)),
+            },
         })
+    }
+
+    /// The snapshot on disk, for the log store to purge no further.
+    pub fn snapshot_on_disk(&self) -> SnapshotOnDisk {
+        self.stored_snapshot.clone()
     }
 
     /// A read handle that follows this state machine's applied index.
@@ -118,6 +173,7 @@ impl<E: Engine> StateMachineStore<E> {
 /// Builds one snapshot from a checkpoint taken when the builder was made.
 pub struct SnapshotBuilder<E: Engine> {
     engine: Arc<E>,
+    stored_snapshot: SnapshotOnDisk,
     taken: Result<(E::Checkpoint, SnapshotMeta<NodeId, BasicNode>), String>,
 }
 
@@ -126,10 +182,13 @@ impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
         let taken = std::mem::replace(&mut self.taken, Err("snapshot builder used twice".to_owned()));
         let (checkpoint, meta) = taken
             .map_err(|message| read_error(EngineError::io("taking a checkpoint", std::io::Error::other(message))))?;
+        let stored_snapshot = self.stored_snapshot.clone();
         let stored = run_blocking(&self.engine, move |engine| {
             let image = E::pack(checkpoint)?;
             let stored = StoredSnapshot { meta, image };
-            engine.save_snapshot(&stored.to_bytes()?)?;
+            if !save_if_newer(engine, &stored_snapshot, &stored)? {
+                tracing::info!(snapshot = %stored.meta.snapshot_id, "a newer snapshot was stored meanwhile; keeping it");
+            }
             Ok(stored)
         })
         .await
@@ -194,7 +253,11 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
             ))
         })()
         .map_err(|error| error.to_string());
-        SnapshotBuilder { engine, taken }
+        SnapshotBuilder {
+            engine,
+            stored_snapshot: self.stored_snapshot.clone(),
+            taken,
+        }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
@@ -211,9 +274,15 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
             meta: meta.clone(),
             image,
         };
+        let stored_snapshot = self.stored_snapshot.clone();
         let installed = run_blocking(&self.engine, move |engine| {
+            // The snapshot file first, the state second: a crash between
+            // them leaves a snapshot newer than the state, which `open`
+            // restores. The other order would leave state the snapshot on
+            // disk does not cover, and openraft, finding the log behind the
+            // applied state on restart, purges the log up to it.
+            save_if_newer(engine, &stored_snapshot, &stored)?;
             engine.restore(&stored.image)?;
-            engine.save_snapshot(&stored.to_bytes()?)?;
             applied_log_id(engine)
         })
         .await

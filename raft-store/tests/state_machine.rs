@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use lode_raft_store::command::{Command, CommandV1, Encoding, OpId, Operation, OperationResult, Proposal, Rejection};
 use lode_raft_store::engine::Engine;
-use lode_raft_store::{CommandOutcome, MemoryEngine, RocksEngine, StateMachineStore, TypeConfig};
+use lode_raft_store::{CommandOutcome, LogStore, MemoryEngine, RocksEngine, StateMachineStore, TypeConfig};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::testing::log_id;
 use openraft::{Entry, EntryPayload};
@@ -236,6 +236,65 @@ async fn a_crash_that_loses_state_behind_the_snapshot_restores_the_snapshot() ->
     let mut reopened = StateMachineStore::open(engine)?;
     assert_eq!(reopened.applied_state().await?.0, Some(log_id(2, 1, 5)));
     assert_eq!(reopened.reader().get_entry("ns", b"a", 0)?, None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_snapshot_built_while_a_newer_one_is_installed_does_not_replace_it() -> TestResult {
+    // The leader's newer snapshot, at index 6.
+    let mut leader = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    leader.apply(sample_log()).await?;
+    apply_one(&mut leader, entry(6, 7_000, None, vec![set("late", "x", None)])).await?;
+    let newer = leader.get_snapshot_builder().await.build_snapshot().await?;
+
+    // A follower starts building its own (index 5) and, before the build
+    // finishes, installs the leader's.
+    let engine = Arc::new(MemoryEngine::new());
+    let mut follower = StateMachineStore::open(engine.clone())?;
+    follower.apply(sample_log()).await?;
+    let mut builder = follower.get_snapshot_builder().await;
+    follower.install_snapshot(&newer.meta, newer.snapshot).await?;
+    let older = builder.build_snapshot().await?;
+    assert_eq!(older.meta.last_log_id, Some(log_id(2, 1, 5)));
+
+    let current = follower.get_current_snapshot().await?.ok_or("a snapshot is stored")?;
+    assert_eq!(current.meta.last_log_id, Some(log_id(2, 1, 6)));
+    // After a crash the stored snapshot still covers what the log may have
+    // purged.
+    engine.crash();
+    let reopened = StateMachineStore::open(engine)?;
+    assert_eq!(reopened.reader().applied_index(), 6);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_log_is_purged_only_as_far_as_the_snapshot_on_disk() -> TestResult {
+    use openraft::storage::RaftLogStorage;
+    let state = Arc::new(tokio::sync::Mutex::new(StateMachineStore::open(Arc::new(
+        MemoryEngine::new(),
+    ))?));
+    let on_disk = state.lock().await.snapshot_on_disk();
+    let mut log = LogStore::new(Arc::new(MemoryEngine::new()))
+        .purging_only_behind(on_disk, std::time::Duration::from_millis(200));
+    // No snapshot on disk, and none comes: nothing is purged.
+    log.purge(log_id(2, 1, 5)).await?;
+    assert_eq!(log.get_log_state().await?.last_purged_log_id, None);
+    // A purge asked while the snapshot is still being made waits for it.
+    let making = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut state = state.lock().await;
+            state.apply(sample_log()).await?;
+            state.get_snapshot_builder().await.build_snapshot().await?;
+            Ok::<_, openraft::StorageError<u64>>(())
+        })
+    };
+    log.purge(log_id(2, 1, 5)).await?;
+    making.await??;
+    assert_eq!(log.get_log_state().await?.last_purged_log_id, Some(log_id(2, 1, 5)));
+    // Asked past the snapshot, it purges up to the snapshot.
+    log.purge(log_id(2, 1, 9)).await?;
+    assert_eq!(log.get_log_state().await?.last_purged_log_id, Some(log_id(2, 1, 5)));
     Ok(())
 }
 

@@ -62,6 +62,7 @@ pub struct KvClientPlan {
     pub client: usize,
     pub seed: u64,
     pub keys: usize,
+    /// How long the client starts operations for.
     pub until: Duration,
     /// Only reads (a configuration watcher, say).
     pub read_only: bool,
@@ -69,6 +70,7 @@ pub struct KvClientPlan {
 
 /// Runs a key-value client until `plan.until` (simulated time).
 pub async fn run_kv_client(plan: KvClientPlan, endpoints: Vec<String>, history: SharedHistory) {
+    let started = tokio::time::Instant::now();
     let mut random = StdRng::seed_from_u64(plan.seed);
     let client = match Client::with_options(endpoints, client_options()) {
         Ok(client) => client,
@@ -79,7 +81,7 @@ pub async fn run_kv_client(plan: KvClientPlan, endpoints: Vec<String>, history: 
     // compare-and-sets; stale on purpose when others wrote since.
     let mut last_seen: BTreeMap<String, Option<u64>> = BTreeMap::new();
     let mut written = 0u64;
-    while turmoil::elapsed() < plan.until {
+    while started.elapsed() < plan.until {
         let key = format!("k{}", random.gen_range(0..plan.keys));
         let choice = if plan.read_only { 0 } else { random.gen_range(0..100) };
         if choice < 40 {
@@ -159,6 +161,7 @@ pub struct LockClientPlan {
 /// guarded key with the token a few times (sometimes stalling past the
 /// lease first), release or let it expire, again.
 pub async fn run_lock_client(plan: LockClientPlan, endpoints: Vec<String>, history: SharedHistory) {
+    let started = tokio::time::Instant::now();
     let mut random = StdRng::seed_from_u64(plan.seed);
     let client = match Client::with_options(endpoints, client_options()) {
         Ok(client) => client,
@@ -168,7 +171,7 @@ pub async fn run_lock_client(plan: LockClientPlan, endpoints: Vec<String>, histo
     let kv = client.kv(NAMESPACE);
     let holder = format!("l{}", plan.client);
     let mut written = 0u64;
-    while turmoil::elapsed() < plan.until {
+    while started.elapsed() < plan.until {
         let invoked = history.borrow_mut().tick();
         let lease = match locks.lease(LOCK_KEY, &holder, plan.lease_ttl).await {
             Ok(lease) => lease,

@@ -218,20 +218,45 @@ impl TestCluster {
     /// itself running.
     pub async fn wait_for_leader(&self) -> u64 {
         let running = self.running();
-        wait_until("a leader all running members agree on", || async {
-            let mut leader = None;
+        let deadline = tokio::time::Instant::now() + WAIT_MAX;
+        loop {
+            let mut seen = Vec::new();
             for id in &running {
-                let status = self.client_of(*id).node_status().await.ok()?;
-                match (leader, status.leader) {
-                    (_, None) => return None,
-                    (None, Some(found)) => leader = Some(found),
-                    (Some(known), Some(found)) if known != found => return None,
-                    _ => {}
+                seen.push((*id, self.client_of(*id).node_status().await.map(|status| status.leader)));
+            }
+            let leaders: std::collections::BTreeSet<Option<u64>> =
+                seen.iter().map(|(_, leader)| leader.clone().ok().flatten()).collect();
+            if let [Some(leader)] = leaders.iter().copied().collect::<Vec<_>>().as_slice() {
+                if running.contains(leader) {
+                    return *leader;
                 }
             }
-            leader.filter(|leader| running.contains(leader))
-        })
-        .await
+            if tokio::time::Instant::now() >= deadline {
+                for id in self.members.keys() {
+                    let log = self.log_text(*id);
+                    if let Ok(directory) = std::env::var("LODE_TEST_LOGS") {
+                        let _ = std::fs::write(format!("{directory}/member-{id}.log"), &log);
+                        let _ = Command::new("cp")
+                            .arg("-r")
+                            .arg(&self.members[id].data_dir)
+                            .arg(format!("{directory}/data-{id}"))
+                            .status();
+                    }
+                    let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                    eprintln!("--- member {id}, last log lines (newest first):\n{}", tail.join("\n"));
+                    let panics: Vec<&str> = log
+                        .lines()
+                        .enumerate()
+                        .filter(|(_, line)| line.contains("panicked"))
+                        .take(3)
+                        .flat_map(|(number, _)| log.lines().skip(number).take(8))
+                        .collect();
+                    eprintln!("--- member {id}, panics:\n{}", panics.join("\n"));
+                }
+                panic!("timed out waiting for a leader all running members agree on; leaders seen: {seen:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Waits until member `id` has applied `position`.
