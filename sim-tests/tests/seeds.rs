@@ -29,6 +29,7 @@ fn run_mix(mix: FaultMix) {
     let mut operations = 0;
     let mut unknown = 0;
     let mut faults = 0;
+    let mut recoveries = Vec::new();
     let seeds = seed_window();
     for seed in seeds.clone() {
         let report = run(&Scenario::new(seed, mix));
@@ -40,15 +41,27 @@ fn run_mix(mix: FaultMix) {
             .filter(|operation| operation.outcome == lode_sim_tests::history::Outcome::Unknown)
             .count();
         faults += report.faults_applied.len();
+        recoveries.extend(report.recovery);
         if !report.violations.is_empty() {
             eprintln!("seed {seed} ({mix}) failed: {:#?}", report.violations);
             eprintln!("replay with: {}", report.replay_command());
             failures.push(seed);
         }
     }
+    recoveries.sort();
+    let percentile = |share: usize| {
+        recoveries
+            .get(recoveries.len() * share / 100)
+            .copied()
+            .unwrap_or_default()
+    };
     eprintln!(
-        "{mix}: {} seeds, {operations} operations ({unknown} with unknown outcome), {faults} faults, {:.1} s",
+        "{mix}: {} seeds, {operations} operations ({unknown} with unknown outcome), {faults} faults, \
+         first write after the heal: p50 {:?}, p99 {:?}, max {:?}; {:.1} s",
         seeds.end - seeds.start,
+        percentile(50),
+        percentile(99),
+        recoveries.last().copied().unwrap_or_default(),
         started.elapsed().as_secs_f64()
     );
     assert!(failures.is_empty(), "{mix}: failing seeds {failures:?}");
