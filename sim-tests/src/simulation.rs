@@ -182,9 +182,8 @@ fn run_enabled(scenario: &Scenario) -> RunReport {
                     reader: node.reader(),
                 });
                 // The node lives until the host crashes (the runtime drops it).
-                std::future::pending::<()>().await;
-                drop(node);
-                Ok(())
+                let _serving = node;
+                std::future::pending::<turmoil::Result>().await
             }
         });
     }
