@@ -69,6 +69,11 @@ pub enum LodeError {
         requested: (u64, u32),
         trimmed_through: (u64, u32),
     },
+    /// A version conflict of an atomic write's checks (Deno KV's
+    /// `check`): `indexes` are the places, among the write's checks, of
+    /// every check that did not hold. Nothing was applied.
+    #[error("version conflict: checks {indexes:?} failed")]
+    ChecksFailed { indexes: Vec<u32> },
 }
 
 impl LodeError {
@@ -79,7 +84,7 @@ impl LodeError {
         matches!(self, LodeError::NotFound(_))
     }
     pub fn is_version_conflict(&self) -> bool {
-        matches!(self, LodeError::VersionConflict { .. })
+        matches!(self, LodeError::VersionConflict { .. } | LodeError::ChecksFailed { .. })
     }
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, LodeError::LeaseLost)

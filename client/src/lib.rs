@@ -14,6 +14,7 @@ pub mod fenced;
 pub mod kv;
 pub mod limits;
 pub mod protocol;
+pub mod queue;
 pub mod sdk;
 pub mod state_store;
 

@@ -7,7 +7,8 @@ pub use serde_bytes::ByteBuf;
 use crate::error::LodeError;
 
 pub use lode_types::{
-    ChangeEvent, ChangeKind, Encoding, Fence, Operation, OperationResult, Precondition, Selector, SessionLink,
+    ChangeEvent, ChangeKind, CounterKind, Encoding, Fence, KeyRange, Operation, OperationResult, Precondition,
+    Selector, SessionLink,
 };
 
 /// An atomic batch of operations with the op id that makes retries safe.
@@ -89,6 +90,12 @@ pub enum Query {
         #[serde(with = "serde_bytes")]
         key: Vec<u8>,
     },
+    /// Live entries of several key ranges of a namespace, all read from one
+    /// consistent view of one replica (Deno KV's snapshot read).
+    Ranges { namespace: String, ranges: Vec<KeyRange> },
+    /// When the next queue message is due. Waits up to `wait_ms` for one
+    /// to be due now before answering.
+    NextDelivery { wait_ms: u64 },
 }
 
 /// The answer to a [`Query`], variant for variant.
@@ -114,6 +121,12 @@ pub enum QueryResult {
         events: Vec<ChangeEvent>,
         /// Where the next read continues: (log index, sequence).
         resume_after: (u64, u32),
+    },
+    /// One list of entries per requested range, in the range's walk order.
+    Ranges(Vec<Vec<Entry>>),
+    /// When the next queue message is due, if any waits.
+    NextDelivery {
+        due_at_micros: Option<u64>,
     },
 }
 
@@ -206,6 +219,19 @@ impl Query {
                     ));
                 }
                 Ok(())
+            }
+            Query::NextDelivery { wait_ms } => {
+                use crate::limits::CHANGES_WAIT_MS_MAX;
+                if *wait_ms > CHANGES_WAIT_MS_MAX {
+                    return Err(format!(
+                        "wait_ms is {wait_ms}, over the limit changes_wait_ms_max = {CHANGES_WAIT_MS_MAX}"
+                    ));
+                }
+                Ok(())
+            }
+            Query::Ranges { namespace, ranges } => {
+                check_namespace(namespace)?;
+                lode_types::validate_ranges(ranges)
             }
             Query::Namespaces { prefix } => {
                 if prefix.len() > NAMESPACE_BYTES_MAX {

@@ -80,6 +80,15 @@ pub struct NodeArguments {
     #[arg(long, default_value_t = lode_client::limits::CHANGE_BYTES_MAX_DEFAULT,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub change_log_bytes_max: u64,
+    /// Serve KV Connect (for `Deno.openKv` and `@deno/kv`), health,
+    /// readiness and metrics over HTTP on this address. Needs an access
+    /// token.
+    #[arg(long, requires = "access_token")]
+    pub http: Option<String>,
+    /// The bearer token KV Connect clients present (Deno reads it from
+    /// `DENO_KV_ACCESS_TOKEN`).
+    #[arg(long, env = "LODE_ACCESS_TOKEN", hide_env_values = true)]
+    pub access_token: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -271,8 +280,22 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     config.change_log_events_max = arguments.change_log_events_max;
     config.change_log_bytes_max = arguments.change_log_bytes_max;
     let node = Node::start(config, listener).await?;
+    let http = match (&arguments.http, &arguments.access_token) {
+        (Some(address), Some(token)) => {
+            let listener = lode_client::facade::bind(address).await?;
+            let config = crate::http::HttpConfig {
+                node_address: node.address().to_owned(),
+                access_token: token.clone(),
+            };
+            Some(crate::http::HttpServer::start(listener, config)?)
+        }
+        _ => None,
+    };
     stop.wait().await;
     tracing::info!("stop signal received; shutting down");
+    if let Some(http) = http {
+        http.shutdown().await;
+    }
     node.shutdown().await;
     Ok(())
 }

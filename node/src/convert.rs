@@ -33,12 +33,15 @@ pub fn cap_lease_ttls(command: &mut Command, ttl_micros_max: u64) {
 /// Checks a client's write: its limits, and that it holds no operation only
 /// the leader may propose.
 pub fn validate_client_write(request: &wire::WriteRequest) -> Result<(), LodeError> {
-    if request
-        .operations
-        .iter()
-        .any(|operation| matches!(operation, wire::Operation::SweepExpired { .. }))
-    {
-        return Err(LodeError::Invalid("operations must not hold a sweep".to_owned()));
+    if request.operations.iter().any(|operation| {
+        matches!(
+            operation,
+            wire::Operation::SweepExpired { .. } | wire::Operation::RequeueOverdue { .. }
+        )
+    }) {
+        return Err(LodeError::Invalid(
+            "operations must not hold a sweep or a requeue (the leader proposes those)".to_owned(),
+        ));
     }
     lode_types::validate_write(&request.operations).map_err(LodeError::Invalid)
 }
@@ -49,6 +52,7 @@ pub fn rejection_to_wire(rejection: Rejection) -> LodeError {
         Rejection::VersionConflict { current, .. } => LodeError::VersionConflict { current },
         Rejection::NotFound(message) => LodeError::NotFound(message),
         Rejection::LeaseLost(_) => LodeError::LeaseLost,
+        Rejection::ChecksFailed { indexes } => LodeError::ChecksFailed { indexes },
     }
 }
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::http::{HttpConfig, HttpServer};
 use crate::node::{Membership, Node, NodeConfig};
 
 #[derive(Args, Debug)]
@@ -18,6 +19,15 @@ pub struct DevArguments {
     pub base_port: u16,
     #[arg(long, default_value = "./lode-data")]
     pub data_dir: PathBuf,
+    /// The KV Connect access token (`LODE_ACCESS_TOKEN`; default:
+    /// `lode-dev-token`). Member N serves HTTP on base-port+100+N.
+    #[arg(
+        long,
+        env = "LODE_ACCESS_TOKEN",
+        default_value = "lode-dev-token",
+        hide_env_values = true
+    )]
+    pub access_token: String,
 }
 
 /// Most members `lode dev` runs.
@@ -32,11 +42,22 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
         .collect();
     let stop = crate::cli::StopSignal::install();
     let mut nodes = Vec::new();
+    let mut http_ports = Vec::new();
     for (id, address) in &members {
         let listener = lode_client::facade::bind(address).await?;
         let data_dir = arguments.data_dir.join(format!("node-{id}"));
         let config = NodeConfig::new(*id, address.clone(), data_dir, Membership::Bootstrap(members.clone()));
-        nodes.push(Node::start(config, listener).await?);
+        let node = Node::start(config, listener).await?;
+        let http_address = format!("127.0.0.1:{}", u64::from(arguments.base_port) + 100 + id);
+        let http = HttpServer::start(
+            lode_client::facade::bind(&http_address).await?,
+            HttpConfig {
+                node_address: node.address().to_owned(),
+                access_token: arguments.access_token.clone(),
+            },
+        )?;
+        http_ports.push(http);
+        nodes.push(node);
     }
     let endpoints: Vec<&str> = members.values().map(String::as_str).collect();
     let endpoints = endpoints.join(",");
@@ -54,8 +75,18 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
     println!("  lode kv set config greeting hello");
     println!("  lode kv get config greeting");
     println!("  lode cluster status");
+    if let Some(http) = http_ports.first() {
+        println!();
+        println!("Deno KV (KV Connect), any member's HTTP port:");
+        println!("  DENO_KV_ACCESS_TOKEN=<token> deno run --unstable-kv app.ts");
+        println!("  with Deno.openKv(\"http://{}\")", http.address());
+        println!("  (the token is --access-token or LODE_ACCESS_TOKEN; by default lode-dev-token)");
+    }
     println!("Stop with Ctrl-C; the data stays for the next start.");
     stop.wait().await;
+    for http in http_ports {
+        http.shutdown().await;
+    }
     for node in nodes {
         node.shutdown().await;
     }

@@ -277,6 +277,8 @@ fn entry_json(entry: &Entry) -> Value {
             Encoding::Json => "json".to_owned(),
             Encoding::Msgpack => "msgpack".to_owned(),
             Encoding::Custom(name) => name.clone(),
+            Encoding::V8 => "v8".to_owned(),
+            Encoding::Le64 => "le64".to_owned(),
         },
         "version": entry.version,
         "expires_at_micros": entry.expires_at_micros,

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod convert;
 pub mod dev;
 pub mod embedded;
+pub mod http;
 pub mod kv_cli;
 pub mod lease_cli;
 pub mod network;

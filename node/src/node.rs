@@ -365,23 +365,32 @@ async fn sweep_expired(shared: Arc<Shared>) {
         if shared.raft.current_leader().await != Some(shared.id) {
             continue;
         }
-        match shared.reader.expired_awaiting_sweep(shared.clock.now_micros(), 1) {
-            Ok(0) => continue,
-            Ok(_) => {}
-            Err(error) => {
-                tracing::error!(%error, "reading the expiry index failed");
-                continue;
-            }
-        }
-        let command = Command::V1(CommandV1 {
-            op_id: None,
-            time_micros: 0,
-            operations: vec![Operation::SweepExpired {
+        let now_micros = shared.clock.now_micros();
+        let mut operations = Vec::new();
+        match shared.reader.expired_awaiting_sweep(now_micros, 1) {
+            Ok(0) => {}
+            Ok(_) => operations.push(Operation::SweepExpired {
                 entries_max: SWEEP_ENTRIES_MAX,
-            }],
-        });
-        if let Err(error) = shared.proposer.propose(command).await {
-            tracing::debug!(%error, "sweep proposal failed; the next leader sweeps");
+            }),
+            Err(error) => tracing::error!(%error, "reading the expiry index failed"),
+        }
+        // Claimed queue deliveries whose listener went quiet count as failed.
+        match shared.reader.has_overdue_deliveries(now_micros) {
+            Ok(false) => {}
+            Ok(true) => operations.push(Operation::RequeueOverdue {
+                messages_max: lode_raft_store::limits::QUEUE_REQUEUE_MESSAGES_MAX,
+            }),
+            Err(error) => tracing::error!(%error, "reading the queue's claims failed"),
+        }
+        for operation in operations {
+            let command = Command::V1(CommandV1 {
+                op_id: None,
+                time_micros: 0,
+                operations: vec![operation],
+            });
+            if let Err(error) = shared.proposer.propose(command).await {
+                tracing::debug!(%error, "sweep proposal failed; the next leader sweeps");
+            }
         }
     }
 }

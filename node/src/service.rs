@@ -164,6 +164,21 @@ impl NodeService {
                 }
             }
             Query::Namespaces { prefix } => QueryResult::Namespaces(reader.namespaces(prefix, now_micros)?),
+            Query::NextDelivery { .. } => QueryResult::NextDelivery {
+                due_at_micros: reader.next_queue_due_micros()?,
+            },
+            Query::Ranges { namespace, ranges } => QueryResult::Ranges(
+                reader
+                    .read_ranges(namespace, ranges, now_micros)?
+                    .into_iter()
+                    .map(|entries| {
+                        entries
+                            .into_iter()
+                            .map(|(key, entry)| convert::entry_to_wire(key, entry))
+                            .collect()
+                    })
+                    .collect(),
+            ),
             Query::SessionKeys { session, after, limit } => {
                 let page = reader.session_keys(session, after.as_deref(), *limit as usize)?;
                 QueryResult::SessionKeys {
@@ -236,6 +251,30 @@ impl NodeService {
         }
     }
 
+    /// When the next queue message is due; with none due now, waits for
+    /// further applies (or the due time) until `wait_ms` has passed.
+    async fn read_next_delivery(&self, wait_ms: u64) -> Result<ReadResponse, LodeError> {
+        let reader = &self.shared.reader;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+        loop {
+            let position = reader.applied_index();
+            let now_micros = self.shared.clock.now_micros();
+            let result = self.answer(&Query::NextDelivery { wait_ms: 0 }, now_micros)?;
+            let due_in = match &result {
+                QueryResult::NextDelivery {
+                    due_at_micros: Some(due),
+                } => Some(Duration::from_micros(due.saturating_sub(now_micros))),
+                _ => None,
+            };
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if due_in.is_some_and(|due_in| due_in.is_zero()) || remaining.is_zero() {
+                return Ok(ReadResponse { result, position });
+            }
+            let wait = due_in.map_or(remaining, |due_in| due_in.min(remaining));
+            let _ = reader.wait_applied(position + 1, wait).await;
+        }
+    }
+
     async fn wait_applied(&self, position: u64) -> Result<(), LodeError> {
         let wait = Duration::from_millis(self.shared.config.read_wait_ms_max);
         self.shared
@@ -265,6 +304,9 @@ impl NodeService {
             return self
                 .read_changes((*after_index, *after_sequence), namespace_prefix, *limit, *wait_ms)
                 .await;
+        }
+        if let Query::NextDelivery { wait_ms } = &request.query {
+            return self.read_next_delivery(*wait_ms).await;
         }
         match request.consistency {
             Consistency::Eventual => self.read_local(&request),

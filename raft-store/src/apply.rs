@@ -24,6 +24,7 @@ use crate::error::{decode, encode, EngineError};
 use crate::injected_bugs::{self, InjectedBug};
 use crate::keys::{self, meta};
 use crate::limits::{CHANGE_TRIM_PER_APPLY_MAX, DEDUP_PRUNE_PER_APPLY_MAX};
+use crate::queue;
 
 /// Where an entry sits in the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,7 +43,7 @@ struct DedupRecord {
 /// The state as the entry being applied sees it: the engine, plus what the
 /// entry's earlier commands wrote (`settled`), plus what the current command
 /// has written so far (`pending`, dropped if the command is rejected).
-struct Overlay<'a, E: Engine> {
+pub(crate) struct Overlay<'a, E: Engine> {
     engine: &'a E,
     settled: BTreeMap<Vec<u8>, Option<StoredEntry>>,
     pending: BTreeMap<Vec<u8>, Option<StoredEntry>>,
@@ -56,6 +57,8 @@ struct Overlay<'a, E: Engine> {
     /// Change events of the current command, and of the settled ones.
     pending_changes: Vec<Change>,
     settled_changes: Vec<Change>,
+    /// Queue messages this entry enqueued so far: the next one's sequence.
+    enqueued: u32,
 }
 
 /// A change event before it has its position.
@@ -86,10 +89,36 @@ impl<'a, E: Engine> Overlay<'a, E> {
             now_micros: 0,
             pending_changes: Vec::new(),
             settled_changes: Vec::new(),
+            enqueued: 0,
         }
     }
 
-    fn get(&mut self, entry_key: &[u8]) -> Result<Option<StoredEntry>, EngineError> {
+    /// The sequence of the next message this entry enqueues: ids stay
+    /// unique even for commands the entry refuses.
+    pub(crate) fn next_message_sequence(&mut self) -> u32 {
+        let sequence = self.enqueued;
+        self.enqueued = self.enqueued.saturating_add(1);
+        sequence
+    }
+
+    pub(crate) fn engine(&self) -> &'a E {
+        self.engine
+    }
+
+    /// Keys in `[start, end)` that this entry has read or written.
+    pub(crate) fn written_between(&self, start: &[u8], end: &[u8]) -> Vec<Vec<u8>> {
+        let range = (
+            std::ops::Bound::Included(start.to_vec()),
+            std::ops::Bound::Excluded(end.to_vec()),
+        );
+        self.pending
+            .range(range.clone())
+            .chain(self.settled.range(range))
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    pub(crate) fn get(&mut self, entry_key: &[u8]) -> Result<Option<StoredEntry>, EngineError> {
         if let Some(entry) = self.pending.get(entry_key).or_else(|| self.settled.get(entry_key)) {
             return Ok(entry.clone());
         }
@@ -103,7 +132,12 @@ impl<'a, E: Engine> Overlay<'a, E> {
         Ok(stored)
     }
 
-    fn put(&mut self, batch: &mut WriteBatch, entry_key: Vec<u8>, entry: StoredEntry) -> Result<(), EngineError> {
+    pub(crate) fn put(
+        &mut self,
+        batch: &mut WriteBatch,
+        entry_key: Vec<u8>,
+        entry: StoredEntry,
+    ) -> Result<(), EngineError> {
         let previous = self.get(&entry_key)?;
         if let Some((namespace, key)) = user_key(&entry_key) {
             let live_previous = previous
@@ -139,7 +173,11 @@ impl<'a, E: Engine> Overlay<'a, E> {
         Ok(())
     }
 
-    fn remove(&mut self, batch: &mut WriteBatch, entry_key: Vec<u8>) -> Result<Option<StoredEntry>, EngineError> {
+    pub(crate) fn remove(
+        &mut self,
+        batch: &mut WriteBatch,
+        entry_key: Vec<u8>,
+    ) -> Result<Option<StoredEntry>, EngineError> {
         let previous = self.get(&entry_key)?;
         let live_previous = previous
             .as_ref()
@@ -245,7 +283,10 @@ fn apply_command<E: Engine>(
             // Operations write into a scratch batch first, so a rejection
             // part-way through leaves nothing behind.
             let mut scratch = WriteBatch::default();
-            let result = apply_operations(overlay, &mut scratch, &command.operations, position, time_micros)?;
+            let result = match failed_checks(overlay, &command.operations, time_micros)? {
+                Some(indexes) => Ok(Err(Rejection::ChecksFailed { indexes })),
+                None => apply_operations(overlay, &mut scratch, &command.operations, position, time_micros),
+            }?;
             let result = match (result, overlay.rewritten_key()) {
                 (Ok(_), Some(key)) => Err(Rejection::Invalid(format!(
                     "key {key:?} is written by two commands of log entry {}; the leader must not group them",
@@ -306,6 +347,38 @@ fn apply_operations<E: Engine>(
     Ok(Ok(results))
 }
 
+/// The indexes (among the command's checks) of the checks that do not hold
+/// in the state before the command, or `None` when all hold.
+fn failed_checks<E: Engine>(
+    overlay: &mut Overlay<'_, E>,
+    operations: &[Operation],
+    now_micros: u64,
+) -> Result<Option<Vec<u32>>, EngineError> {
+    let mut failed = Vec::new();
+    let checks = operations.iter().filter_map(|operation| match operation {
+        Operation::Check {
+            namespace,
+            key,
+            precondition,
+        } => Some((namespace, key, precondition)),
+        _ => None,
+    });
+    for (index, (namespace, key, precondition)) in (0u32..).zip(checks) {
+        let current = live(overlay, &keys::entry_key(namespace, key), now_micros)?.map(|entry| entry.version);
+        if !precondition_holds(*precondition, current) {
+            failed.push(index);
+        }
+    }
+    Ok((!failed.is_empty()).then_some(failed))
+}
+
+fn precondition_holds(precondition: Precondition, current: Option<u64>) -> bool {
+    match precondition {
+        Precondition::Version(expected) => current == Some(expected),
+        Precondition::Absent => current.is_none(),
+    }
+}
+
 /// The live entry at a key, if any.
 fn live<E: Engine>(
     overlay: &mut Overlay<'_, E>,
@@ -361,11 +434,7 @@ fn apply_operation<E: Engine>(
             let entry_key = keys::entry_key(namespace, key);
             if let Some(precondition) = precondition {
                 let current = live(overlay, &entry_key, now_micros)?.map(|entry| entry.version);
-                let holds = match precondition {
-                    Precondition::Version(expected) => current == Some(*expected),
-                    Precondition::Absent => current.is_none(),
-                };
-                if !holds {
+                if !precondition_holds(*precondition, current) {
                     return Ok(Err(Rejection::VersionConflict {
                         key: key.clone(),
                         current,
@@ -527,6 +596,58 @@ fn apply_operation<E: Engine>(
                 overlay.remove(batch, lease_key)?;
             }
             OperationResult::ReleaseLease { released: held }
+        }
+        // Judged before the command's writes, in `failed_checks`.
+        Operation::Check { .. } => OperationResult::Check,
+        Operation::Enqueue {
+            payload,
+            encoding,
+            options,
+        } => OperationResult::Enqueued {
+            id: queue::enqueue(overlay, batch, payload, encoding, options, now_micros, source)?,
+        },
+        Operation::ClaimMessage { visibility_ms } => OperationResult::Claimed {
+            delivery: queue::claim(overlay, batch, *visibility_ms, now_micros, source)?,
+        },
+        Operation::FinishMessage { id, attempt, delivered } => OperationResult::Finished {
+            finished: queue::finish(overlay, batch, *id, Some(*attempt), *delivered, now_micros, source)?,
+        },
+        Operation::RequeueOverdue { messages_max } => OperationResult::Requeued {
+            requeued: queue::requeue_overdue(overlay, batch, *messages_max, now_micros, source)?,
+        },
+        Operation::Counter {
+            namespace,
+            key,
+            kind,
+            operand,
+        } => {
+            let entry_key = keys::entry_key(namespace, key);
+            let value = match live(overlay, &entry_key, now_micros)? {
+                None => *operand,
+                Some(entry) => {
+                    let stored = match (&entry.encoding, <[u8; 8]>::try_from(entry.value.as_slice())) {
+                        (Encoding::Le64, Ok(bytes)) => u64::from_le_bytes(bytes),
+                        _ => {
+                            return Ok(Err(Rejection::Invalid(format!(
+                                "cannot {} key {} of namespace {namespace:?}: its value is not a 64-bit unsigned integer (Le64)",
+                                kind.name(),
+                                keys::display_key(key)
+                            ))))
+                        }
+                    };
+                    kind.combine(stored, *operand)
+                }
+            };
+            let entry = StoredEntry {
+                value: value.to_le_bytes().to_vec(),
+                encoding: Encoding::Le64,
+                version,
+                expires_at_micros: None,
+                source,
+                session: None,
+            };
+            overlay.put(batch, entry_key, entry)?;
+            OperationResult::Counter { version, value }
         }
         Operation::DeleteRange {
             namespace,

@@ -8,7 +8,8 @@
 use serde::{Deserialize, Serialize};
 
 pub use lode_types::{
-    ChangeEvent, ChangeKind, Encoding, Fence, Operation, OperationResult, Precondition, Selector, SessionLink,
+    ChangeEvent, ChangeKind, CounterKind, Encoding, EnqueueOptions, Fence, FinishedAs, MessageId, Operation,
+    OperationResult, Precondition, QueueDelivery, Selector, SessionLink,
 };
 
 /// A client-chosen operation id: a command carrying one is applied at most
@@ -111,6 +112,10 @@ pub enum Rejection {
     /// with that token.
     #[error("lease lost: {0}")]
     LeaseLost(String),
+    /// Checks of the command did not hold; `indexes` are the failing
+    /// checks' places among the command's `Check` operations.
+    #[error("checks {indexes:?} failed")]
+    ChecksFailed { indexes: Vec<u32> },
 }
 
 /// What applying one command produced.
@@ -155,7 +160,15 @@ impl Command {
                 Operation::Set { namespace, key, .. }
                 | Operation::Delete { namespace, key, .. }
                 | Operation::Expire { namespace, key, .. }
-                | Operation::Patch { namespace, key, .. } => keys.push(crate::keys::entry_key(namespace, key)),
+                | Operation::Patch { namespace, key, .. }
+                | Operation::Counter { namespace, key, .. } => keys.push(crate::keys::entry_key(namespace, key)),
+                // A check writes nothing; an enqueue writes a key no other
+                // command can name (its id holds the entry's index).
+                Operation::Check { .. } | Operation::Enqueue { .. } => {}
+                // Which messages these touch is known only at apply.
+                Operation::ClaimMessage { .. } | Operation::FinishMessage { .. } | Operation::RequeueOverdue { .. } => {
+                    return None
+                }
                 Operation::Copy {
                     namespace,
                     key,

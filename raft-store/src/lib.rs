@@ -17,6 +17,7 @@ pub mod keys;
 pub use lode_types::limits;
 pub mod log_store;
 pub mod merge_patch;
+pub mod queue;
 pub mod reader;
 pub mod runtime;
 pub mod snapshot;

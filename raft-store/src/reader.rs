@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use crate::applied_index::AppliedIndex;
 use crate::command::{ChangeEvent, Selector};
-use crate::engine::{Engine, Space};
+use crate::engine::{Engine, RangeRead, Space};
 use crate::entry::StoredEntry;
 use crate::error::{decode, EngineError};
 use crate::keys;
 use crate::limits::{
-    CHANGES_PAGE_EVENTS_MAX, NAMESPACES_EXAMINED_MAX, NAMESPACES_LISTED_MAX, SCAN_EXAMINED_ENTRIES_MAX,
-    SCAN_PAGE_ENTRIES_MAX,
+    CHANGES_PAGE_EVENTS_MAX, NAMESPACES_EXAMINED_MAX, NAMESPACES_LISTED_MAX, RANGE_ENTRIES_MAX,
+    SCAN_EXAMINED_ENTRIES_MAX, SCAN_PAGE_ENTRIES_MAX,
 };
+use lode_types::KeyRange;
 
 /// A read handle on one replica's state. Clones share the engine.
 pub struct StateReader<E: Engine> {
@@ -66,6 +67,9 @@ pub struct LeaseInfo {
     pub token: u64,
     pub expires_at_micros: u64,
 }
+
+/// Keys (without the namespace) and their entries, in walk order.
+pub type KeyedEntries = Vec<(Vec<u8>, StoredEntry)>;
 
 /// One page of a scan.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -222,6 +226,56 @@ impl<E: Engine> StateReader<E> {
                 return Ok(page);
             }
         }
+    }
+
+    /// The live entries of several key ranges of a namespace, all read from
+    /// one consistent view: one list of (key, entry) per range, in the
+    /// range's walk order. A range examines at most
+    /// `scan_examined_entries_max` stored entries, so one crowded with
+    /// expired entries awaiting their sweep may come back short.
+    pub fn read_ranges(
+        &self,
+        namespace: &str,
+        ranges: &[KeyRange],
+        now_micros: u64,
+    ) -> Result<Vec<KeyedEntries>, EngineError> {
+        let reads: Vec<RangeRead> = ranges
+            .iter()
+            .map(|range| RangeRead {
+                start: keys::entry_key(namespace, &range.start),
+                end: keys::entry_key(namespace, &range.end),
+                reverse: range.reverse,
+                limit: (range.limit as usize).min(RANGE_ENTRIES_MAX),
+                examined_max: SCAN_EXAMINED_ENTRIES_MAX,
+            })
+            .collect();
+        let live = |_: &[u8], value: &[u8]| {
+            decode::<StoredEntry>("entry", value).is_ok_and(|entry| entry.is_live_at(now_micros))
+        };
+        self.engine
+            .read_ranges(Space::Entries, &reads, &live)?
+            .into_iter()
+            .map(|pairs| {
+                pairs
+                    .into_iter()
+                    .map(|(stored_key, bytes)| {
+                        let (_, key) = keys::split_entry_key(&stored_key)
+                            .ok_or_else(|| EngineError::corrupt("entry key", "no namespace prefix"))?;
+                        Ok((key, decode::<StoredEntry>("entry", &bytes)?))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// When the next queue message is due, if any message waits.
+    pub fn next_queue_due_micros(&self) -> Result<Option<u64>, EngineError> {
+        crate::queue::next_due_micros(self.engine.as_ref())
+    }
+
+    /// Whether a claimed queue delivery's visibility has run out.
+    pub fn has_overdue_deliveries(&self, now_micros: u64) -> Result<bool, EngineError> {
+        crate::queue::has_overdue(self.engine.as_ref(), now_micros)
     }
 
     /// Namespaces that start with `prefix` and hold at least one live entry,

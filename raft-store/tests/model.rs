@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use lode_raft_store::command::{
-    ChangeKind, Command, CommandV1, Encoding, OpId, Operation, OperationResult, Precondition, Proposal, Rejection,
-    Selector,
+    ChangeKind, Command, CommandV1, CounterKind, Encoding, OpId, Operation, OperationResult, Precondition, Proposal,
+    Rejection, Selector,
 };
 use lode_raft_store::{MemoryEngine, StateMachineStore, StateReader, TypeConfig};
 use openraft::storage::RaftStateMachine;
@@ -88,6 +88,20 @@ enum Step {
         micros: u64,
     },
     Sweep,
+    /// Checks (namespace, key, expectation), then a set of (namespace, key).
+    Checked {
+        checks: Vec<(usize, usize, Expected)>,
+        namespace: usize,
+        key: usize,
+        number: u8,
+    },
+    /// A counter of kind 0 (sum), 1 (min) or 2 (max).
+    Counter {
+        namespace: usize,
+        key: usize,
+        kind: u8,
+        operand: u64,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -138,6 +152,19 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(namespace, prefix)| Step::DeletePrefix { namespace, prefix }),
         1 => (1u64..30).prop_map(|micros| Step::Advance { micros }),
         1 => Just(Step::Sweep),
+        1 => (
+            prop::collection::vec((0..NAMESPACES.len(), 0..KEYS.len(), prop_oneof![
+                Just(Expected::Current),
+                (1u64..40).prop_map(Expected::Stale),
+                Just(Expected::Absent),
+            ]), 1..4),
+            0..NAMESPACES.len(),
+            0..KEYS.len(),
+            any::<u8>(),
+        )
+            .prop_map(|(checks, namespace, key, number)| Step::Checked { checks, namespace, key, number }),
+        1 => (0..NAMESPACES.len(), 0..KEYS.len(), 0u8..3, prop_oneof![Just(u64::MAX), Just(1u64), 0u64..100])
+            .prop_map(|(namespace, key, kind, operand)| Step::Counter { namespace, key, kind, operand }),
     ]
 }
 
@@ -223,6 +250,42 @@ impl Model {
         self.entries
             .get(&(namespace.to_owned(), key.to_vec()))
             .filter(|entry| entry.live_at(now))
+    }
+
+    /// Applies a command: every check is judged first and the refusal names
+    /// all that failed; otherwise its operations apply in order.
+    fn apply_command(
+        &mut self,
+        operations: &[Operation],
+        version: u64,
+        now: u64,
+    ) -> Result<Vec<OperationResult>, Rejection> {
+        let checks = operations.iter().filter_map(|operation| match operation {
+            Operation::Check {
+                namespace,
+                key,
+                precondition,
+            } => Some((namespace, key, precondition)),
+            _ => None,
+        });
+        let mut failed = Vec::new();
+        for (index, (namespace, key, precondition)) in (0u32..).zip(checks) {
+            let current = self.live(namespace, key, now).map(|entry| entry.version);
+            let holds = match precondition {
+                Precondition::Version(expected) => current == Some(*expected),
+                Precondition::Absent => current.is_none(),
+            };
+            if !holds {
+                failed.push(index);
+            }
+        }
+        if !failed.is_empty() {
+            return Err(Rejection::ChecksFailed { indexes: failed });
+        }
+        operations
+            .iter()
+            .map(|operation| self.apply(operation, version, now))
+            .collect()
     }
 
     /// Applies an operation to the model the way the seed describes it.
@@ -429,14 +492,88 @@ impl Model {
                 }
                 Ok(OperationResult::ReleaseLease { released: held })
             }
+            Operation::Check { .. } => Ok(OperationResult::Check),
+            Operation::Counter {
+                namespace,
+                key,
+                kind,
+                operand,
+            } => {
+                let value = match self.live(namespace, key, now) {
+                    None => *operand,
+                    Some(entry) => match (&entry.encoding, <[u8; 8]>::try_from(entry.value.as_slice())) {
+                        (Encoding::Le64, Ok(bytes)) => {
+                            let stored = u64::from_le_bytes(bytes);
+                            match kind {
+                                CounterKind::Sum => stored.wrapping_add(*operand),
+                                CounterKind::Min => stored.min(*operand),
+                                CounterKind::Max => stored.max(*operand),
+                            }
+                        }
+                        _ => return Err(Rejection::Invalid(String::new())),
+                    },
+                };
+                self.put(
+                    (namespace.clone(), key.clone()),
+                    ModelEntry {
+                        value: value.to_le_bytes().to_vec(),
+                        encoding: Encoding::Le64,
+                        version,
+                        expires_at_micros: None,
+                    },
+                    now,
+                );
+                Ok(OperationResult::Counter { version, value })
+            }
+            Operation::Enqueue { .. }
+            | Operation::ClaimMessage { .. }
+            | Operation::FinishMessage { .. }
+            | Operation::RequeueOverdue { .. } => {
+                unreachable!("the model generates no queue operations (node/tests/queues.rs covers them)")
+            }
         }
     }
 }
 
-fn operation(step: &Step, model: &Model, now: u64) -> Option<Operation> {
+fn operations(step: &Step, model: &Model, now: u64) -> Option<Vec<Operation>> {
     let namespace = |index: usize| NAMESPACES[index].to_owned();
     let key = |index: usize| KEYS[index].as_bytes().to_vec();
-    Some(match step.clone() {
+    let precondition_of = |n: usize, k: usize, expected: Expected| match expected {
+        Expected::Current => match model.live(&namespace(n), &key(k), now) {
+            Some(entry) => Precondition::Version(entry.version),
+            None => Precondition::Absent,
+        },
+        Expected::Stale(version) => Precondition::Version(version),
+        Expected::Absent => Precondition::Absent,
+    };
+    if let Step::Checked {
+        checks,
+        namespace: n,
+        key: k,
+        number,
+    } = step
+    {
+        let mut operations: Vec<Operation> = checks
+            .iter()
+            .map(|(check_namespace, check_key, expected)| Operation::Check {
+                namespace: namespace(*check_namespace),
+                key: key(*check_key),
+                precondition: precondition_of(*check_namespace, *check_key, expected.clone()),
+            })
+            .collect();
+        operations.push(Operation::Set {
+            namespace: namespace(*n),
+            key: key(*k),
+            value: vec![*number],
+            encoding: Encoding::Bytes,
+            expires_at_micros: None,
+            precondition: None,
+            fence: None,
+            session: None,
+        });
+        return Some(operations);
+    }
+    Some(vec![match step.clone() {
         Step::Set {
             namespace: n,
             key: k,
@@ -460,14 +597,7 @@ fn operation(step: &Step, model: &Model, now: u64) -> Option<Operation> {
                     },
                 }
             });
-            let precondition = expected.map(|expected| match expected {
-                Expected::Current => match model.live(&namespace(n), &key(k), now) {
-                    Some(entry) => Precondition::Version(entry.version),
-                    None => Precondition::Absent,
-                },
-                Expected::Stale(version) => Precondition::Version(version),
-                Expected::Absent => Precondition::Absent,
-            });
+            let precondition = expected.map(|expected| precondition_of(n, k, expected));
             let (value, encoding) = if json {
                 (
                     json!({ "n": number, "m": { "k": number } }).to_string().into_bytes(),
@@ -566,8 +696,23 @@ fn operation(step: &Step, model: &Model, now: u64) -> Option<Operation> {
             entries_max: 1000,
         },
         Step::Sweep => Operation::SweepExpired { entries_max: 1000 },
-        Step::Advance { .. } => return None,
-    })
+        Step::Counter {
+            namespace: n,
+            key: k,
+            kind,
+            operand,
+        } => Operation::Counter {
+            namespace: namespace(n),
+            key: key(k),
+            kind: match kind {
+                0 => CounterKind::Sum,
+                1 => CounterKind::Min,
+                _ => CounterKind::Max,
+            },
+            operand,
+        },
+        Step::Advance { .. } | Step::Checked { .. } => return None,
+    }])
 }
 
 /// The live lease's token, or one that is not it.
@@ -624,14 +769,14 @@ fn run(steps: Vec<Step>) {
                 now += micros;
                 continue;
             }
-            let Some(operation) = operation(step, &model, now) else {
+            let Some(operations) = operations(step, &model, now) else {
                 continue;
             };
             index += 1;
             let command = Command::V1(CommandV1 {
                 op_id: Some(OpId(position as u128)),
                 time_micros: now,
-                operations: vec![operation.clone()],
+                operations: operations.clone(),
             });
             let entry = Entry::<TypeConfig> {
                 log_id: log_id(1, 1, index),
@@ -640,7 +785,7 @@ fn run(steps: Vec<Step>) {
             let mut outcomes = state.apply([entry]).await.expect("apply");
             let outcome = outcomes.remove(0).outcomes.remove(0);
             model.changes.clear();
-            let expected = model.apply(&operation, index, now).map(|result| vec![result]);
+            let expected = model.apply_command(&operations, index, now);
             assert_eq!(kind(&outcome.result), expected, "step {position}: {step:?}");
             // The change log holds exactly the entry's changes of live values.
             let page = reader

@@ -44,6 +44,7 @@ pub fn is_definite_refusal(error: &LodeError) -> bool {
             | LodeError::Unsupported(_)
             | LodeError::Unauthorized
             | LodeError::Compacted { .. }
+            | LodeError::ChecksFailed { .. }
     )
 }
 

@@ -21,6 +21,12 @@ pub enum Encoding {
     Msgpack,
     /// An application codec, named by the application.
     Custom(String),
+    /// V8 ValueSerializer bytes: a Deno KV value (anything structured
+    /// cloning carries).
+    V8,
+    /// A little-endian unsigned 64-bit integer: Deno KV's `KvU64`, the only
+    /// encoding `Counter` operations combine.
+    Le64,
 }
 
 /// A condition on a key's current state that a write needs to go ahead.
@@ -48,6 +54,52 @@ pub enum Selector {
     },
     /// UTF-8 keys that contain this text; other keys are skipped.
     KeyContains(String),
+}
+
+/// One key range of a range read: `start <= key < end`, walked forwards or
+/// backwards, at most `limit` live entries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRange {
+    #[serde(with = "serde_bytes")]
+    pub start: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    pub end: Vec<u8>,
+    pub limit: u32,
+    pub reverse: bool,
+}
+
+impl KeyRange {
+    /// Checks the bounds and the limit; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        use crate::limits::{RANGE_BOUND_BYTES_MAX, RANGE_ENTRIES_MAX};
+        for (field, bound) in [("range start", &self.start), ("range end", &self.end)] {
+            if bound.len() > RANGE_BOUND_BYTES_MAX {
+                return Err(format!(
+                    "{field} is {} bytes, over the limit range_bound_bytes_max = {RANGE_BOUND_BYTES_MAX}",
+                    bound.len()
+                ));
+            }
+        }
+        if self.limit == 0 || self.limit as usize > RANGE_ENTRIES_MAX {
+            return Err(format!(
+                "range limit is {}; it must be 1 to range_entries_max = {RANGE_ENTRIES_MAX}",
+                self.limit
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks the ranges of one range read.
+pub fn validate_ranges(ranges: &[KeyRange]) -> Result<(), String> {
+    if ranges.len() > limits::RANGES_PER_READ_MAX {
+        return Err(format!(
+            "ranges has {} items, over the limit ranges_per_read_max = {}",
+            ranges.len(),
+            limits::RANGES_PER_READ_MAX
+        ));
+    }
+    ranges.iter().try_for_each(KeyRange::validate)
 }
 
 /// One operation of an atomic write.
@@ -151,6 +203,169 @@ pub enum Operation {
         holder: String,
         token: u64,
     },
+    /// Writes nothing; holds when the key's live state meets the
+    /// precondition. Every check of a command is judged against the state
+    /// before the command, and when any fails the whole command is refused
+    /// with the indexes (among its checks) of all that failed.
+    Check {
+        namespace: String,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        precondition: Precondition,
+    },
+    /// Adds a message to the queue, delivered at or after
+    /// `options.deliver_at_micros` (at once when that has passed).
+    Enqueue {
+        #[serde(with = "serde_bytes")]
+        payload: Vec<u8>,
+        encoding: Encoding,
+        options: EnqueueOptions,
+    },
+    /// Takes the next message whose delivery time has come, for one
+    /// delivery attempt: it is invisible to other claims for
+    /// `visibility_ms`, after which an unfinished delivery counts as failed.
+    ClaimMessage { visibility_ms: u32 },
+    /// Ends delivery `attempt` of a claimed message (a finish naming an
+    /// older attempt, whose claim ran out, finds nothing). A failed one is
+    /// retried after the next delay of the message's backoff schedule;
+    /// after the last, the payload is written to the message's
+    /// `keys_if_undelivered` and the message dropped.
+    FinishMessage {
+        id: MessageId,
+        attempt: u32,
+        delivered: bool,
+    },
+    /// Ends, as failed, up to `messages_max` claimed deliveries whose
+    /// visibility has run out. Proposed by the leader.
+    RequeueOverdue { messages_max: u32 },
+    /// Combines the live little-endian u64 at the key with `operand` (sum
+    /// wraps at 2^64). An absent key takes `operand`; the result never
+    /// expires. A live value of another encoding refuses the command.
+    Counter {
+        namespace: String,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        kind: CounterKind,
+        operand: u64,
+    },
+}
+
+/// The namespace that holds Deno KV's entries, keyed by their tuple
+/// encoding. It is an ordinary namespace: the KV API can read it.
+pub const DENO_NAMESPACE: &str = "deno";
+
+/// A queue message's id: the log index that enqueued it and its place among
+/// that entry's enqueues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MessageId {
+    pub index: u64,
+    pub sequence: u32,
+}
+
+/// How a queue message is delivered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnqueueOptions {
+    /// Not delivered before this time, in microseconds since the epoch.
+    pub deliver_at_micros: u64,
+    /// The delays before each redelivery after a failed delivery, in
+    /// milliseconds; empty means [`limits::QUEUE_BACKOFF_SCHEDULE_DEFAULT_MS`].
+    pub backoff_schedule_ms: Vec<u32>,
+    /// Keys of [`DENO_NAMESPACE`] that receive the payload when the last
+    /// delivery fails.
+    pub keys_if_undelivered: Vec<Vec<u8>>,
+}
+
+impl EnqueueOptions {
+    /// Checks the schedule and the keys against their limits.
+    pub fn validate(&self) -> Result<(), String> {
+        use limits::{QUEUE_BACKOFF_DELAYS_MAX, QUEUE_BACKOFF_DELAY_MS_MAX, QUEUE_UNDELIVERED_KEYS_MAX};
+        if self.backoff_schedule_ms.len() > QUEUE_BACKOFF_DELAYS_MAX {
+            return Err(format!(
+                "backoff_schedule has {} delays, over the limit queue_backoff_delays_max = {QUEUE_BACKOFF_DELAYS_MAX}",
+                self.backoff_schedule_ms.len()
+            ));
+        }
+        if let Some(delay) = self
+            .backoff_schedule_ms
+            .iter()
+            .find(|delay| **delay > QUEUE_BACKOFF_DELAY_MS_MAX)
+        {
+            return Err(format!(
+                "backoff_schedule holds {delay} ms, over the limit queue_backoff_delay_ms_max = {QUEUE_BACKOFF_DELAY_MS_MAX}"
+            ));
+        }
+        if self.keys_if_undelivered.len() > QUEUE_UNDELIVERED_KEYS_MAX {
+            return Err(format!(
+                "keys_if_undelivered has {} keys, over the limit queue_undelivered_keys_max = {QUEUE_UNDELIVERED_KEYS_MAX}",
+                self.keys_if_undelivered.len()
+            ));
+        }
+        self.keys_if_undelivered
+            .iter()
+            .try_for_each(|key| limits::check_key(key).map_err(|message| format!("keys_if_undelivered: {message}")))
+    }
+
+    /// The delays in force: the message's own, or the default.
+    pub fn schedule_ms(&self) -> &[u32] {
+        if self.backoff_schedule_ms.is_empty() {
+            &limits::QUEUE_BACKOFF_SCHEDULE_DEFAULT_MS
+        } else {
+            &self.backoff_schedule_ms
+        }
+    }
+}
+
+/// One delivery of a queue message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueDelivery {
+    pub id: MessageId,
+    #[serde(with = "serde_bytes")]
+    pub payload: Vec<u8>,
+    pub encoding: Encoding,
+    /// 1 for the first delivery, 2 for the first retry, and so on.
+    pub attempt: u32,
+}
+
+/// What ending a delivery did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FinishedAs {
+    /// The message is done and gone.
+    Delivered,
+    /// It will be delivered again at this time.
+    Retrying { deliver_at_micros: u64 },
+    /// Every delivery failed: its payload went to its undelivered keys.
+    DeadLettered,
+    /// No claimed delivery has this id and attempt (already finished, or
+    /// its claim ran out).
+    NotClaimed,
+}
+
+/// How a `Counter` operation combines the stored value with its operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CounterKind {
+    /// Wrapping addition.
+    Sum,
+    Min,
+    Max,
+}
+
+impl CounterKind {
+    /// Combines the stored value with the operand.
+    pub fn combine(self, stored: u64, operand: u64) -> u64 {
+        match self {
+            CounterKind::Sum => stored.wrapping_add(operand),
+            CounterKind::Min => stored.min(operand),
+            CounterKind::Max => stored.max(operand),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CounterKind::Sum => "sum",
+            CounterKind::Min => "min",
+            CounterKind::Max => "max",
+        }
+    }
 }
 
 /// The session a write belongs to: the session's stream (by name, never a
@@ -262,6 +477,26 @@ pub enum OperationResult {
     ReleaseLease {
         released: bool,
     },
+    /// The check held.
+    Check,
+    Enqueued {
+        id: MessageId,
+    },
+    /// The claimed delivery, or none when no message is due.
+    Claimed {
+        delivery: Option<QueueDelivery>,
+    },
+    Finished {
+        finished: FinishedAs,
+    },
+    Requeued {
+        requeued: u32,
+    },
+    /// The counter's new value and version.
+    Counter {
+        version: u64,
+        value: u64,
+    },
 }
 
 impl Operation {
@@ -311,7 +546,10 @@ impl Operation {
                 }
                 Ok(())
             }
-            Operation::Delete { namespace, key, .. } | Operation::Expire { namespace, key, .. } => {
+            Operation::Delete { namespace, key, .. }
+            | Operation::Expire { namespace, key, .. }
+            | Operation::Check { namespace, key, .. }
+            | Operation::Counter { namespace, key, .. } => {
                 check_namespace(namespace)?;
                 check_key(key)
             }
@@ -376,6 +614,29 @@ impl Operation {
                 check_namespace(namespace)?;
                 check_key(key)?;
                 limits::check_holder(holder)
+            }
+            Operation::Enqueue { payload, options, .. } => {
+                check_value(payload).map_err(|message| message.replacen("value", "payload", 1))?;
+                options.validate()
+            }
+            Operation::ClaimMessage { visibility_ms } => {
+                if *visibility_ms == 0 || *visibility_ms > limits::QUEUE_VISIBILITY_MS_MAX {
+                    return Err(format!(
+                        "visibility_ms must be 1 to queue_visibility_ms_max = {}",
+                        limits::QUEUE_VISIBILITY_MS_MAX
+                    ));
+                }
+                Ok(())
+            }
+            Operation::FinishMessage { .. } => Ok(()),
+            Operation::RequeueOverdue { messages_max } => {
+                if *messages_max == 0 || *messages_max > limits::QUEUE_REQUEUE_MESSAGES_MAX {
+                    return Err(format!(
+                        "messages_max must be 1 to queue_requeue_messages_max = {}",
+                        limits::QUEUE_REQUEUE_MESSAGES_MAX
+                    ));
+                }
+                Ok(())
             }
             Operation::SweepExpired { entries_max } => {
                 if *entries_max == 0 || *entries_max > SWEEP_ENTRIES_MAX {
@@ -478,9 +739,10 @@ pub fn write_size_bytes(operations: &[Operation]) -> usize {
                         .as_ref()
                         .map_or(0, |fence| fence.namespace.len() + fence.key.len())
             }
-            Operation::Delete { namespace, key, .. } | Operation::Expire { namespace, key, .. } => {
-                namespace.len() + key.len()
-            }
+            Operation::Delete { namespace, key, .. }
+            | Operation::Expire { namespace, key, .. }
+            | Operation::Check { namespace, key, .. }
+            | Operation::Counter { namespace, key, .. } => namespace.len() + key.len(),
             Operation::Patch {
                 namespace, key, patch, ..
             } => namespace.len() + key.len() + patch.len(),
@@ -506,7 +768,13 @@ pub fn write_size_bytes(operations: &[Operation]) -> usize {
             | Operation::ReleaseLease {
                 namespace, key, holder, ..
             } => namespace.len() + key.len() + holder.len(),
-            Operation::SweepExpired { .. } => 0,
+            Operation::Enqueue { payload, options, .. } => {
+                payload.len() + options.keys_if_undelivered.iter().map(Vec::len).sum::<usize>()
+            }
+            Operation::SweepExpired { .. }
+            | Operation::ClaimMessage { .. }
+            | Operation::FinishMessage { .. }
+            | Operation::RequeueOverdue { .. } => 0,
         })
         .sum()
 }

@@ -27,6 +27,34 @@ pub const SCAN_PAGE_ENTRIES_MAX: usize = 1000;
 /// Most stored entries one scan page examines (expired or filtered ones
 /// included) before it returns, possibly short, with a cursor.
 pub const SCAN_EXAMINED_ENTRIES_MAX: usize = 10_000;
+/// Most key ranges one range read holds (Deno KV's ranges per read).
+pub const RANGES_PER_READ_MAX: usize = 10;
+/// Most entries one range of a range read returns (Deno KV's entries per
+/// read).
+pub const RANGE_ENTRIES_MAX: usize = 1000;
+/// Longest bound of a read range, in bytes: one more than a written key, so
+/// a prefix's end bound fits (Deno KV's read key limit).
+pub const RANGE_BOUND_BYTES_MAX: usize = KEY_BYTES_MAX + 1;
+/// Most keys one Deno KV watch follows.
+pub const WATCHED_KEYS_MAX: usize = 10;
+/// Most delays in a queue message's backoff schedule (Deno KV's limit).
+pub const QUEUE_BACKOFF_DELAYS_MAX: usize = 10;
+/// Longest delay of a backoff schedule, in milliseconds (Deno KV's limit).
+pub const QUEUE_BACKOFF_DELAY_MS_MAX: u32 = 3_600_000;
+/// The backoff schedule of a message that names none, in milliseconds
+/// (Deno KV's default).
+pub const QUEUE_BACKOFF_SCHEDULE_DEFAULT_MS: [u32; 5] = [100, 1_000, 5_000, 30_000, 60_000];
+/// Most keys a queue message's payload goes to when undelivered (Deno KV's
+/// limit).
+pub const QUEUE_UNDELIVERED_KEYS_MAX: usize = 10;
+/// Longest a queue message may be delayed, in milliseconds (Deno KV's
+/// limit: 30 days).
+pub const QUEUE_DELAY_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
+/// Longest one claimed delivery stays invisible to other listeners, in
+/// milliseconds.
+pub const QUEUE_VISIBILITY_MS_MAX: u32 = 3_600_000;
+/// Most overdue deliveries one requeue command ends.
+pub const QUEUE_REQUEUE_MESSAGES_MAX: u32 = 1000;
 /// Most keys in one get_many.
 pub const GET_MANY_KEYS_MAX: usize = 1000;
 /// Most namespaces one listing returns.

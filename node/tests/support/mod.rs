@@ -20,9 +20,14 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
+/// The KV Connect token of test clusters started with HTTP ports.
+pub const ACCESS_TOKEN: &str = "test-token";
+
 pub struct Member {
     pub id: u64,
     pub address: String,
+    /// The member's HTTP port (KV Connect), when the cluster has them.
+    pub http: Option<String>,
     pub data_dir: PathBuf,
     pub log_path: PathBuf,
     pub process: Option<Child>,
@@ -42,12 +47,17 @@ fn spawn_node(member: &Member, membership: &[String], snapshot_logs_max: u64) ->
         .append(true)
         .open(&member.log_path)
         .expect("open node log");
+    let http: Vec<&str> = match &member.http {
+        Some(address) => vec!["--http", address, "--access-token", ACCESS_TOKEN],
+        None => Vec::new(),
+    };
     Command::new(env!("CARGO_BIN_EXE_lode"))
         .arg("node")
         .args(["--id", &member.id.to_string(), "--listen", &member.address])
         .arg("--data-dir")
         .arg(&member.data_dir)
         .args(["--snapshot-logs-max", &snapshot_logs_max.to_string()])
+        .args(http)
         .args(membership)
         .env("LODE_LOG", "info,openraft=warn,openraft::replication=off")
         .env("NO_COLOR", "1")
@@ -65,10 +75,24 @@ impl TestCluster {
 
     /// Starts `count` founding members with extra `lode node` flags.
     pub fn start_with_flags(count: u64, snapshot_logs_max: u64, extra: &[&str]) -> Self {
+        Self::start_members(count, snapshot_logs_max, extra, false)
+    }
+
+    /// Starts `count` founding members, each also serving KV Connect on an
+    /// HTTP port of its own, with [`ACCESS_TOKEN`].
+    pub fn start_with_http(count: u64, snapshot_logs_max: u64) -> Self {
+        Self::start_members(count, snapshot_logs_max, &[], true)
+    }
+
+    fn start_members(count: u64, snapshot_logs_max: u64, extra: &[&str], http: bool) -> Self {
         let directory = tempfile::tempdir().expect("temp dir");
         let mut members = BTreeMap::new();
         for id in 1..=count {
-            members.insert(id, Self::member(&directory, id));
+            let mut member = Self::member(&directory, id);
+            if http {
+                member.http = Some(format!("127.0.0.1:{}", free_port()));
+            }
+            members.insert(id, member);
         }
         let peers: Vec<String> = members
             .values()
@@ -91,6 +115,7 @@ impl TestCluster {
         Member {
             id,
             address: format!("127.0.0.1:{}", free_port()),
+            http: None,
             data_dir: directory.path().join(format!("node-{id}")),
             log_path: directory.path().join(format!("node-{id}.log")),
             process: None,
@@ -114,6 +139,12 @@ impl TestCluster {
         let address = member.address.clone();
         self.members.insert(id, member);
         address
+    }
+
+    /// The KV Connect URL of member `id`.
+    pub fn kv_connect_url(&self, id: u64) -> String {
+        let http = self.members[&id].http.as_ref().expect("the cluster serves HTTP");
+        format!("http://{http}")
     }
 
     pub fn endpoints(&self) -> Vec<String> {

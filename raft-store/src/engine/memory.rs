@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Durability, Engine, Pair, Pairs, Space, WriteBatch, WriteOp};
+use super::{collect_range, Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch, WriteOp};
 use crate::error::{decode, encode, EngineError};
 
 type Spaces = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
@@ -128,6 +128,33 @@ impl Engine for MemoryEngine {
             .take(limit)
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect())
+    }
+
+    fn read_ranges(
+        &self,
+        space: Space,
+        ranges: &[RangeRead],
+        keep: &dyn Fn(&[u8], &[u8]) -> bool,
+    ) -> Result<Vec<Pairs>, EngineError> {
+        // One lock for every range: no write lands between them.
+        let state = self.lock();
+        let empty = BTreeMap::new();
+        let map = state.current.get(space.name()).unwrap_or(&empty);
+        ranges
+            .iter()
+            .map(|range| {
+                if range.start >= range.end {
+                    return Ok(Vec::new());
+                }
+                let inside = map.range::<Vec<u8>, _>((Bound::Included(&range.start), Bound::Excluded(&range.end)));
+                let pairs = |(key, value): (&Vec<u8>, &Vec<u8>)| Ok((key.clone(), value.clone()));
+                if range.reverse {
+                    collect_range(inside.rev().map(pairs), range, keep)
+                } else {
+                    collect_range(inside.map(pairs), range, keep)
+                }
+            })
+            .collect()
     }
 
     fn last(&self, space: Space) -> Result<Option<Pair>, EngineError> {

@@ -149,6 +149,49 @@ where
         })?
 }
 
+/// One range of [`Engine::read_ranges`]: `start <= key < end`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangeRead {
+    pub start: Vec<u8>,
+    pub end: Vec<u8>,
+    /// Walk from the end towards the start.
+    pub reverse: bool,
+    /// Most pairs returned.
+    pub limit: usize,
+    /// Most pairs looked at, kept or not: bounds the work of one range.
+    pub examined_max: usize,
+}
+
+/// Collects one range from an iterator already positioned and ordered.
+pub(crate) fn collect_range<I>(
+    pairs: I,
+    range: &RangeRead,
+    keep: &dyn Fn(&[u8], &[u8]) -> bool,
+) -> Result<Pairs, EngineError>
+where
+    I: Iterator<Item = Result<(Vec<u8>, Vec<u8>), EngineError>>,
+{
+    let mut out = Vec::new();
+    for (examined, pair) in pairs.enumerate() {
+        if out.len() >= range.limit || examined >= range.examined_max {
+            break;
+        }
+        let (key, value) = pair?;
+        let inside = if range.reverse {
+            key.as_slice() >= range.start.as_slice()
+        } else {
+            key.as_slice() < range.end.as_slice()
+        };
+        if !inside {
+            break;
+        }
+        if keep(&key, &value) {
+            out.push((key, value));
+        }
+    }
+    Ok(out)
+}
+
 /// The engine interface. Every method is synchronous and short; callers
 /// bound scans with `limit`.
 pub trait Engine: Send + Sync + 'static {
@@ -171,6 +214,16 @@ pub trait Engine: Send + Sync + 'static {
 
     /// The last pair of a space, if any.
     fn last(&self, space: Space) -> Result<Option<Pair>, EngineError>;
+
+    /// Several ranges read from one consistent view of the engine: for each,
+    /// the pairs `keep` accepts, in key order (descending when reversed),
+    /// at most `limit` of them after examining at most `examined_max`.
+    fn read_ranges(
+        &self,
+        space: Space,
+        ranges: &[RangeRead],
+        keep: &dyn Fn(&[u8], &[u8]) -> bool,
+    ) -> Result<Vec<Pairs>, EngineError>;
 
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), EngineError>;
 

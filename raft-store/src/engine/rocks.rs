@@ -17,7 +17,7 @@ use std::sync::{RwLock, RwLockReadGuard};
 use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 
-use super::{Durability, Engine, Pair, Pairs, Space, WriteBatch, WriteOp};
+use super::{collect_range, Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch, WriteOp};
 use crate::error::{decode, encode, EngineError};
 
 /// Most files a packed image may hold; a checkpoint of a live database has a
@@ -183,6 +183,44 @@ impl Engine for RocksEngine {
             out.push((key.into_vec(), value.into_vec()));
         }
         Ok(out)
+    }
+
+    fn read_ranges(
+        &self,
+        space: Space,
+        ranges: &[RangeRead],
+        keep: &dyn Fn(&[u8], &[u8]) -> bool,
+    ) -> Result<Vec<Pairs>, EngineError> {
+        let guard = self.read()?;
+        let db = guard.as_ref().ok_or_else(Self::closed)?;
+        let family = family(db, space)?;
+        // Every range reads at the sequence number of one snapshot.
+        let snapshot = db.snapshot();
+        ranges
+            .iter()
+            .map(|range| {
+                if range.start >= range.end {
+                    return Ok(Vec::new());
+                }
+                let mut options = rocksdb::ReadOptions::default();
+                options.set_snapshot(&snapshot);
+                let mode = if range.reverse {
+                    // Positions at the last key <= end; `end` itself is
+                    // excluded below.
+                    IteratorMode::From(&range.end, Direction::Reverse)
+                } else {
+                    IteratorMode::From(&range.start, Direction::Forward)
+                };
+                let pairs = db
+                    .iterator_cf_opt(family, options, mode)
+                    .map(|item| {
+                        item.map(|(key, value)| (key.into_vec(), value.into_vec()))
+                            .map_err(EngineError::from)
+                    })
+                    .filter(|pair| !matches!(pair, Ok((key, _)) if range.reverse && *key == range.end));
+                collect_range(pairs, range, keep)
+            })
+            .collect()
     }
 
     fn last(&self, space: Space) -> Result<Option<Pair>, EngineError> {

@@ -4,7 +4,7 @@
 
 use super::memory::MemoryEngine;
 use super::rocks::{RocksCheckpoint, RocksEngine};
-use super::{Durability, Engine, Pair, Pairs, Space, WriteBatch};
+use super::{Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch};
 use crate::error::EngineError;
 
 /// RocksDB on disk or the in-memory engine with its crash model.
@@ -48,6 +48,18 @@ impl Engine for SelectedEngine {
         match self {
             SelectedEngine::Rocks(engine) => engine.scan(space, start, end, limit),
             SelectedEngine::Memory(engine) => engine.scan(space, start, end, limit),
+        }
+    }
+
+    fn read_ranges(
+        &self,
+        space: Space,
+        ranges: &[RangeRead],
+        keep: &dyn Fn(&[u8], &[u8]) -> bool,
+    ) -> Result<Vec<Pairs>, EngineError> {
+        match self {
+            SelectedEngine::Rocks(engine) => engine.read_ranges(space, ranges, keep),
+            SelectedEngine::Memory(engine) => engine.read_ranges(space, ranges, keep),
         }
     }
 

@@ -1,0 +1,249 @@
+//! The queue: messages enqueued with a delay, a backoff schedule and keys
+//! that receive the payload if every delivery fails, delivered at least once
+//! to listeners.
+//!
+//! Every step (enqueue, claim of one delivery, finish) is a replicated
+//! write, so a message survives leader changes and restarts. A listener that
+//! stops mid-delivery (crash, cancellation) leaves its claim to run out; the
+//! leader then counts that delivery as failed and the message comes again
+//! per its schedule. Handlers must therefore be idempotent.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::LodeError;
+use crate::protocol::{
+    Consistency, Encoding, Operation, OperationResult, Query, QueryResult, ReadRequest, WriteRequest,
+};
+use crate::sdk::{new_op_id, Client};
+
+pub use lode_types::{EnqueueOptions, FinishedAs, MessageId, QueueDelivery};
+
+/// How long a claimed delivery stays invisible to other listeners unless
+/// the listener says otherwise: the time a handler has before its delivery
+/// counts as failed.
+pub const VISIBILITY_DEFAULT: Duration = Duration::from_secs(30);
+/// How long one wait for a due message lasts on the server, in
+/// milliseconds; below the SDK's default attempt timeout.
+const NEXT_DELIVERY_WAIT_MS: u64 = 5_000;
+
+/// A message to enqueue.
+#[derive(Clone, Debug)]
+pub struct Message {
+    pub payload: Vec<u8>,
+    pub encoding: Encoding,
+    /// Deliver no sooner than this from now.
+    pub delay: Duration,
+    /// Delays before each redelivery after a failed delivery; empty means
+    /// the default (100 ms, 1 s, 5 s, 30 s, 60 s).
+    pub backoff_schedule: Vec<Duration>,
+    /// Deno KV keys (tuple-encoded, in the `deno` namespace) that receive
+    /// the payload when the last delivery fails.
+    pub keys_if_undelivered: Vec<Vec<u8>>,
+}
+
+impl Message {
+    /// A message delivered at once, with the default schedule.
+    pub fn new(payload: impl Into<Vec<u8>>, encoding: Encoding) -> Self {
+        Self {
+            payload: payload.into(),
+            encoding,
+            delay: Duration::ZERO,
+            backoff_schedule: Vec::new(),
+            keys_if_undelivered: Vec::new(),
+        }
+    }
+
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    pub fn backoff_schedule(mut self, schedule: Vec<Duration>) -> Self {
+        self.backoff_schedule = schedule;
+        self
+    }
+
+    pub fn keys_if_undelivered(mut self, keys: Vec<Vec<u8>>) -> Self {
+        self.keys_if_undelivered = keys;
+        self
+    }
+
+    /// The operation that enqueues this message, for an atomic write of
+    /// its own or together with other operations.
+    pub fn operation(&self) -> Result<Operation, LodeError> {
+        use lode_types::limits::QUEUE_DELAY_MS_MAX;
+        let delay_ms = u64::try_from(self.delay.as_millis()).unwrap_or(u64::MAX);
+        if delay_ms > QUEUE_DELAY_MS_MAX {
+            return Err(LodeError::Invalid(format!(
+                "delay is {delay_ms} ms, over the limit queue_delay_ms_max = {QUEUE_DELAY_MS_MAX}"
+            )));
+        }
+        let backoff_schedule_ms = self
+            .backoff_schedule
+            .iter()
+            .map(|delay| u32::try_from(delay.as_millis()).unwrap_or(u32::MAX))
+            .collect();
+        let options = EnqueueOptions {
+            deliver_at_micros: crate::facade::now_micros().saturating_add(delay_ms * 1000),
+            backoff_schedule_ms,
+            keys_if_undelivered: self.keys_if_undelivered.clone(),
+        };
+        options.validate().map_err(LodeError::Invalid)?;
+        Ok(Operation::Enqueue {
+            payload: self.payload.clone(),
+            encoding: self.encoding.clone(),
+            options,
+        })
+    }
+}
+
+/// A handle on the cluster's queue.
+#[derive(Clone, Debug)]
+pub struct Queue {
+    client: Client,
+    visibility: Duration,
+}
+
+fn single_result(results: Vec<OperationResult>) -> Result<OperationResult, LodeError> {
+    let mut results = results.into_iter();
+    match (results.next(), results.next()) {
+        (Some(result), None) => Ok(result),
+        _ => Err(LodeError::Unavailable(
+            "the server answered a single operation with another number of results".to_owned(),
+        )),
+    }
+}
+
+fn unexpected(result: impl std::fmt::Debug) -> LodeError {
+    LodeError::Unavailable(format!("the server answered a queue operation with {result:?}"))
+}
+
+impl Queue {
+    pub(crate) fn new(client: Client) -> Self {
+        Self {
+            client,
+            visibility: VISIBILITY_DEFAULT,
+        }
+    }
+
+    /// How long a handler may take before its delivery counts as failed.
+    pub fn with_visibility(mut self, visibility: Duration) -> Result<Self, LodeError> {
+        let limit = Duration::from_millis(u64::from(lode_types::limits::QUEUE_VISIBILITY_MS_MAX));
+        if visibility < Duration::from_millis(1) || visibility > limit {
+            return Err(LodeError::Invalid(format!(
+                "visibility must be 1 ms to queue_visibility_ms_max = {} ms",
+                limit.as_millis()
+            )));
+        }
+        self.visibility = visibility;
+        Ok(self)
+    }
+
+    async fn write_one(&self, operation: Operation) -> Result<OperationResult, LodeError> {
+        let request = WriteRequest {
+            op_id: new_op_id(),
+            operations: vec![operation],
+        };
+        single_result(self.client.write(request).await?.results)
+    }
+
+    /// Enqueues one message; its id is the log index that stored it and its
+    /// place in that entry.
+    pub async fn enqueue(&self, message: &Message) -> Result<MessageId, LodeError> {
+        match self.write_one(message.operation()?).await? {
+            OperationResult::Enqueued { id } => Ok(id),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Takes the next due message for one delivery, if any is due.
+    pub async fn claim(&self) -> Result<Option<QueueDelivery>, LodeError> {
+        let visibility_ms = u32::try_from(self.visibility.as_millis()).unwrap_or(u32::MAX);
+        match self.write_one(Operation::ClaimMessage { visibility_ms }).await? {
+            OperationResult::Claimed { delivery } => Ok(delivery),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Ends a delivery: `delivered` drops the message; otherwise it is
+    /// retried per its schedule or, with the schedule spent, written to its
+    /// undelivered keys. A delivery whose claim already ran out is
+    /// `NotClaimed`: the message was, or will be, delivered again.
+    pub async fn finish(&self, delivery: &QueueDelivery, delivered: bool) -> Result<FinishedAs, LodeError> {
+        let operation = Operation::FinishMessage {
+            id: delivery.id,
+            attempt: delivery.attempt,
+            delivered,
+        };
+        match self.write_one(operation).await? {
+            OperationResult::Finished { finished } => Ok(finished),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Waits (up to a few seconds) until a message may be due.
+    async fn wait_for_due(&self) -> Result<(), LodeError> {
+        let request = ReadRequest {
+            query: Query::NextDelivery {
+                wait_ms: NEXT_DELIVERY_WAIT_MS,
+            },
+            consistency: Consistency::Eventual,
+        };
+        match self.client.read(request).await?.result {
+            QueryResult::NextDelivery { .. } => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Delivers messages to `handler` one at a time, for as long as the
+    /// returned future runs: a handler's `Ok` finishes the message, an `Err`
+    /// (or a delivery that outlives the visibility) fails the delivery,
+    /// which is retried per the message's schedule. Ends only on an error
+    /// of the cluster calls; drop the future to stop listening.
+    pub async fn listen<F, Fut, E>(&self, mut handler: F) -> Result<(), LodeError>
+    where
+        F: FnMut(QueueDelivery) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: std::fmt::Display,
+    {
+        loop {
+            let Some(delivery) = self.claim().await? else {
+                self.wait_for_due().await?;
+                continue;
+            };
+            let id = delivery.id;
+            let attempt = delivery.attempt;
+            let delivered = match tokio::time::timeout(self.visibility, handler(delivery.clone())).await {
+                Ok(Ok(())) => true,
+                Ok(Err(error)) => {
+                    tracing::info!(%error, ?id, attempt, "a queue handler failed; the message is retried per its schedule");
+                    false
+                }
+                Err(_) => {
+                    tracing::warn!(?id, attempt, "a queue handler outlived the delivery's visibility");
+                    false
+                }
+            };
+            self.finish(&delivery, delivered).await?;
+        }
+    }
+}
+
+impl Client {
+    /// The cluster's queue.
+    pub fn queue(&self) -> Queue {
+        Queue::new(self.clone())
+    }
+
+    /// Delivers queue messages to `handler` with the default visibility
+    /// (see [`Queue::listen`]).
+    pub async fn listen_queue<F, Fut, E>(&self, handler: F) -> Result<(), LodeError>
+    where
+        F: FnMut(QueueDelivery) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: std::fmt::Display,
+    {
+        self.queue().listen(handler).await
+    }
+}

@@ -1,0 +1,119 @@
+//! Health, readiness and Prometheus metrics on the HTTP port.
+//!
+//! Health says the process serves HTTP; readiness says this member knows a
+//! leader and can answer, so a load balancer or Kubernetes sends traffic
+//! only to members that can serve it. Metrics are this member's Raft
+//! position and the port's request counts.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::kv_connect::text;
+use super::Gateway;
+
+/// Requests served per KV Connect call.
+pub struct Counters {
+    calls: BTreeMap<&'static str, AtomicU64>,
+}
+
+/// The calls counted, fixed so that counting never allocates or locks.
+const CALLS: [&str; 4] = ["metadata", "snapshot_read", "atomic_write", "watch"];
+
+impl Counters {
+    pub(super) fn count(&self, call: &'static str) {
+        if let Some(counter) = self.calls.get(call) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            calls: CALLS.into_iter().map(|call| (call, AtomicU64::new(0))).collect(),
+        }
+    }
+}
+
+/// `GET /health`: the process is up.
+pub(super) async fn health() -> Response {
+    text(StatusCode::OK, "ok\n")
+}
+
+/// `GET /ready`: this member knows a leader.
+pub(super) async fn ready(State(gateway): State<Arc<Gateway>>) -> Response {
+    match gateway.local.node_status().await {
+        Ok(status) if status.leader.is_some() => text(
+            StatusCode::OK,
+            format!(
+                "ready: member {} follows leader {:?}\n",
+                status.answered_by, status.leader
+            ),
+        ),
+        Ok(status) => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: member {} knows no leader\n", status.answered_by),
+        ),
+        Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {error}\n")),
+    }
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub(super) async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, value: u64| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+    };
+    if let Ok(status) = gateway.local.node_status().await {
+        gauge("lode_member_id", "This member's id.", status.answered_by);
+        gauge("lode_raft_term", "The current Raft term.", status.term);
+        gauge(
+            "lode_raft_leader",
+            "The leader's member id (0: none known).",
+            status.leader.unwrap_or(0),
+        );
+        gauge(
+            "lode_raft_applied_index",
+            "The last log index applied to the state machine.",
+            status.applied_index,
+        );
+        gauge(
+            "lode_raft_last_log_index",
+            "The last log index in this member's log.",
+            status.last_log_index.unwrap_or(0),
+        );
+        gauge(
+            "lode_raft_snapshot_index",
+            "The last log index the latest snapshot covers.",
+            status.snapshot_index.unwrap_or(0),
+        );
+        gauge(
+            "lode_expired_awaiting_sweep",
+            "Expired entries not yet swept.",
+            status.expired_awaiting_sweep,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP lode_kv_connect_requests_total KV Connect requests received, by call.\n# TYPE lode_kv_connect_requests_total counter"
+    );
+    for (call, counter) in &gateway.counters.calls {
+        let _ = writeln!(
+            out,
+            "lode_kv_connect_requests_total{{call=\"{call}\"}} {}",
+            counter.load(Ordering::Relaxed)
+        );
+    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        out,
+    )
+        .into_response()
+}

@@ -1,0 +1,412 @@
+//! Deno KV on Lode over KV Connect, driven by the real clients: the Deno
+//! runtime (HTTP/2 without TLS) runs the seed's examples and keeps writing
+//! through a leader kill, and `@deno/kv` on Node (HTTP/1.1) covers set, get,
+//! atomic checks, counters, list cursors, watch and enqueue. The failure
+//! paths of the protocol (tokens, versions, malformed and over-limit
+//! requests) are checked with raw HTTP.
+//!
+//! The clients come from `node/tests/deno/package-lock.json`; `.ci/run`
+//! installs them, and a test installs them itself when they are missing.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use denokv_proto::{encode_key, Key, KeyPart};
+use lode_client::protocol::Encoding;
+use lode_client::queue::FinishedAs;
+use support::{TestCluster, ACCESS_TOKEN};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// Longest a client script may run before the test fails.
+const SCRIPT_TIME_MAX: Duration = Duration::from_secs(180);
+
+fn clients_directory() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/deno")
+}
+
+static INSTALL: Mutex<()> = Mutex::new(());
+
+/// The directory holding the installed clients, installing them first when
+/// they are missing.
+fn clients() -> PathBuf {
+    let directory = clients_directory();
+    let _installing = INSTALL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let installed =
+        directory.join("node_modules/deno/deno").exists() && directory.join("node_modules/@deno/kv").exists();
+    if !installed {
+        let status = std::process::Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&directory)
+            .status()
+            .expect("run npm");
+        assert!(
+            status.success(),
+            "`npm ci` in {} failed: these tests need the deno and @deno/kv packages",
+            directory.display()
+        );
+    }
+    directory
+}
+
+fn deno_binary() -> PathBuf {
+    clients().join("node_modules/deno/deno")
+}
+
+/// A client process with the cluster's URL and token in its environment.
+fn client_command(program: &Path, url: &str, deno_dir: &Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
+    command
+        .current_dir(clients())
+        .env("LODE_KV_URL", url)
+        .env("DENO_KV_ACCESS_TOKEN", ACCESS_TOKEN)
+        .env("DENO_DIR", deno_dir)
+        .env("DENO_NO_UPDATE_CHECK", "1")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs a client to completion and returns its stdout; fails the test with
+/// its output when it fails or runs too long.
+async fn run_client(mut command: tokio::process::Command, what: &str) -> String {
+    let child = command.spawn().unwrap_or_else(|error| panic!("start {what}: {error}"));
+    let output = tokio::time::timeout(SCRIPT_TIME_MAX, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{what} ran longer than {SCRIPT_TIME_MAX:?}"))
+        .unwrap_or_else(|error| panic!("wait for {what}: {error}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    stdout
+}
+
+fn deno_key(parts: &[&str]) -> Vec<u8> {
+    let key = Key(parts.iter().map(|part| KeyPart::String((*part).to_owned())).collect());
+    encode_key(&key).expect("encode a tuple key")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deno_runs_the_seed_examples_against_a_three_member_cluster() {
+    let cluster = TestCluster::start_with_http(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    // A follower's port: strong reads and writes go through the leader.
+    let follower = cluster
+        .running()
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("a follower");
+    let deno_dir = tempfile::tempdir().expect("temp dir");
+    let mut command = client_command(&deno_binary(), &cluster.kv_connect_url(follower), deno_dir.path());
+    command.args([
+        "test",
+        "--no-prompt",
+        "--unstable-kv",
+        "--allow-env",
+        "--allow-net",
+        "--no-lock",
+        "--config",
+        "deno.json",
+        "deno-kv.test.ts",
+    ]);
+    let stdout = run_client(command, "deno test deno-kv.test.ts").await;
+    assert!(stdout.contains("ok | 14 passed | 0 failed"), "{stdout}");
+    cluster.assert_no_errors();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deno_kv_on_node_speaks_kv_connect_over_http1() {
+    let cluster = TestCluster::start_with_http(3, 10_000);
+    cluster.wait_for_leader().await;
+    let deno_dir = tempfile::tempdir().expect("temp dir");
+    let mut command = client_command(Path::new("node"), &cluster.kv_connect_url(1), deno_dir.path());
+    command.arg("node-client.mjs");
+    let stdout = run_client(command, "node node-client.mjs").await;
+    assert!(stdout.contains(r#""ok":true"#), "{stdout}");
+
+    // The enqueue @deno/kv sent is a queue message. The library sends its
+    // own backoff schedule (100, 200, 400 and 800 ms) whatever the caller
+    // asks, so the fifth failed delivery parks the payload at its
+    // undelivered key.
+    let client = cluster.client();
+    let queue = client.queue();
+    let mut attempts = Vec::new();
+    let first = loop {
+        let delivery = support::wait_until("the next delivery", || async { queue.claim().await.expect("claim") }).await;
+        assert_eq!(delivery.encoding, Encoding::V8);
+        attempts.push(delivery.attempt);
+        match queue.finish(&delivery, false).await.expect("finish") {
+            FinishedAs::Retrying { .. } => continue,
+            FinishedAs::DeadLettered => break delivery,
+            other => panic!("a failed delivery finished as {other:?}"),
+        }
+    };
+    assert_eq!(attempts, vec![1, 2, 3, 4, 5]);
+    let parked = client
+        .kv_unscoped(lode_types::DENO_NAMESPACE)
+        .get_entry(&deno_key(&["node", "undelivered"]))
+        .await
+        .expect("read the undelivered key")
+        .expect("the payload is at the undelivered key");
+    assert_eq!((parked.value, parked.encoding), (first.payload, Encoding::V8));
+    cluster.assert_no_errors();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deno_client_keeps_writing_while_the_leader_is_killed() {
+    const WRITES: usize = 150;
+    let mut cluster = TestCluster::start_with_http(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster
+        .running()
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("a follower");
+    let deno_dir = tempfile::tempdir().expect("temp dir");
+    let mut command = client_command(&deno_binary(), &cluster.kv_connect_url(follower), deno_dir.path());
+    command
+        .args([
+            "run",
+            "--unstable-kv",
+            "--allow-env",
+            "--allow-net",
+            "--no-lock",
+            "writer.ts",
+        ])
+        .env("LODE_WRITES", WRITES.to_string());
+    let mut child = command.spawn().expect("start the Deno writer");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut committed = Vec::new();
+    let deadline = tokio::time::Instant::now() + SCRIPT_TIME_MAX;
+    while let Some(line) = tokio::time::timeout_at(deadline, lines.next_line())
+        .await
+        .expect("the writer stalled")
+        .expect("read the writer's output")
+    {
+        let line: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+        committed.push(line);
+        if committed.len() == 30 {
+            cluster.kill(leader);
+        }
+    }
+    let status = tokio::time::timeout_at(deadline, child.wait())
+        .await
+        .expect("the writer did not exit")
+        .expect("wait for the writer");
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        use tokio::io::AsyncReadExt;
+        let _ = pipe.read_to_string(&mut stderr).await;
+    }
+    assert!(status.success(), "the Deno writer failed ({status}): {stderr}");
+    assert_eq!(committed.len(), WRITES, "every write committed: {stderr}");
+
+    // Every committed write is in the cluster at the versionstamp the
+    // client was given.
+    cluster.wait_for_leader().await;
+    let kv = cluster.client().kv_unscoped(lode_types::DENO_NAMESPACE);
+    for line in &committed {
+        let index = line["index"].as_f64().expect("index");
+        let stamp = line["versionstamp"].as_str().expect("versionstamp");
+        let version = u64::from_str_radix(&stamp[..16], 16).expect("hex versionstamp");
+        let key = Key(vec![KeyPart::String("writer".to_owned()), KeyPart::Float(index)]);
+        let entry = kv
+            .get_entry(&encode_key(&key).expect("key"))
+            .await
+            .expect("read")
+            .unwrap_or_else(|| panic!("write {index} was acknowledged and lost"));
+        assert_eq!(entry.version, version, "write {index}");
+        assert_eq!(&stamp[16..], "0000");
+    }
+    cluster.assert_no_errors_except(&["unreachable", "connection refused", "Connection refused"]);
+}
+
+/// One HTTP/1.1 POST over a fresh connection: (status, body).
+fn post(address: &str, path: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let authorization = token.map_or(String::new(), |token| format!("Authorization: Bearer {token}\r\n"));
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}Content-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).expect("write");
+    stream.write_all(body).expect("write");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("read");
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status line");
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, body)| body.to_owned());
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_connect_refuses_bad_tokens_versions_and_requests_with_reasons() {
+    use denokv_proto::datapath as pb;
+    use prost::Message;
+    let cluster = TestCluster::start_with_http(1, 10_000);
+    cluster.wait_for_leader().await;
+    let url = cluster.kv_connect_url(1);
+    let address = url.trim_start_matches("http://").to_owned();
+    let json = "application/json";
+    let protobuf = "application/x-protobuf";
+
+    let (status, body) = post(&address, "/", None, json, br#"{"supportedVersions":[1,2,3]}"#);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("Authorization: Bearer"), "{body}");
+    let (status, body) = post(&address, "/", Some("wrong"), json, br#"{"supportedVersions":[3]}"#);
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = post(&address, "/", Some(ACCESS_TOKEN), json, br#"{"supportedVersions":[7]}"#);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no protocol version in common"), "{body}");
+    let (status, body) = post(
+        &address,
+        "/",
+        Some(ACCESS_TOKEN),
+        json,
+        br#"{"supportedVersions":[1,2,3]}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let metadata: serde_json::Value = serde_json::from_str(body.trim()).expect("metadata JSON");
+    assert_eq!(metadata["version"], 3);
+    assert_eq!(metadata["token"], ACCESS_TOKEN);
+    assert_eq!(metadata["endpoints"][0]["consistency"], "strong");
+    assert_eq!(metadata["endpoints"][0]["url"], format!("{url}/kv/strong"));
+
+    let read = "/kv/strong/snapshot_read";
+    let (status, body) = post(&address, read, Some(ACCESS_TOKEN), protobuf, &[0xff, 0xff, 0xff]);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("invalid SnapshotRead"), "{body}");
+    let range = pb::ReadRange {
+        start: vec![2],
+        end: vec![3],
+        limit: 10,
+        reverse: false,
+    };
+    let eleven = pb::SnapshotRead {
+        ranges: vec![range.clone(); 11],
+    };
+    let (status, body) = post(&address, read, Some(ACCESS_TOKEN), protobuf, &eleven.encode_to_vec());
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("ranges_per_read_max = 10"), "{body}");
+    let unlimited = pb::SnapshotRead {
+        ranges: vec![pb::ReadRange {
+            limit: 0,
+            ..range.clone()
+        }],
+    };
+    let (status, body) = post(&address, read, Some(ACCESS_TOKEN), protobuf, &unlimited.encode_to_vec());
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("ranges[0].limit"), "{body}");
+    let (status, _) = post(&address, "/kv/other/snapshot_read", Some(ACCESS_TOKEN), protobuf, &[]);
+    assert_eq!(status, 404);
+
+    let write = "/kv/strong/atomic_write";
+    let too_long = pb::AtomicWrite {
+        mutations: vec![pb::Mutation {
+            key: vec![b'k'; 2049],
+            value: Some(pb::KvValue {
+                data: vec![1],
+                encoding: pb::ValueEncoding::VeBytes as i32,
+            }),
+            mutation_type: pb::MutationType::MSet as i32,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let (status, body) = post(&address, write, Some(ACCESS_TOKEN), protobuf, &too_long.encode_to_vec());
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("mutations[0].key") && body.contains("max 2048 bytes"),
+        "{body}"
+    );
+    let (status, _) = post(&address, write, Some("wrong"), protobuf, &too_long.encode_to_vec());
+    assert_eq!(status, 401);
+
+    // Checks report every failing one by index, and nothing applies.
+    let set = |key: u8, data: u8| pb::Mutation {
+        key: vec![2, key, 0],
+        value: Some(pb::KvValue {
+            data: vec![data],
+            encoding: pb::ValueEncoding::VeBytes as i32,
+        }),
+        mutation_type: pb::MutationType::MSet as i32,
+        ..Default::default()
+    };
+    let first = pb::AtomicWrite {
+        mutations: vec![set(b'a', 1), set(b'b', 1)],
+        ..Default::default()
+    };
+    let (status, body) = post(&address, write, Some(ACCESS_TOKEN), protobuf, &first.encode_to_vec());
+    assert_eq!(status, 200, "{body}");
+    let checks_fail = pb::AtomicWrite {
+        checks: vec![
+            pb::Check {
+                key: vec![2, b'a', 0],
+                versionstamp: Vec::new(),
+            },
+            pb::Check {
+                key: vec![2, b'z', 0],
+                versionstamp: Vec::new(),
+            },
+            pb::Check {
+                key: vec![2, b'b', 0],
+                versionstamp: vec![0; 10],
+            },
+        ],
+        mutations: vec![set(b'c', 3)],
+        ..Default::default()
+    };
+    let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let encoded = checks_fail.encode_to_vec();
+    let head = format!(
+        "POST {write} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {ACCESS_TOKEN}\r\nContent-Type: {protobuf}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        encoded.len()
+    );
+    stream.write_all(head.as_bytes()).expect("write");
+    stream.write_all(&encoded).expect("write");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("read");
+    let split = response
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .expect("a header end")
+        + 4;
+    let output = pb::AtomicWriteOutput::decode(&response[split..]).expect("an AtomicWriteOutput");
+    assert_eq!(output.status, pb::AtomicWriteStatus::AwCheckFailure as i32);
+    assert_eq!(output.failed_checks, vec![0, 2]);
+    let c = cluster
+        .client()
+        .kv_unscoped(lode_types::DENO_NAMESPACE)
+        .get_entry(&[2, b'c', 0])
+        .await
+        .expect("read");
+    assert!(c.is_none(), "a write whose checks failed applied");
+
+    let watch = "/kv/strong/watch";
+    let many = pb::Watch {
+        keys: (0..11u8).map(|key| pb::WatchKey { key: vec![2, key, 0] }).collect(),
+    };
+    let (status, body) = post(&address, watch, Some(ACCESS_TOKEN), protobuf, &many.encode_to_vec());
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("1 to 10 keys"), "{body}");
+    cluster.assert_no_errors();
+}

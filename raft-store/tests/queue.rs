@@ -1,0 +1,218 @@
+//! The queue's apply, step by step in log time: due order, claims that hide
+//! a message, retries per the schedule, the dead-letter write, requeue of
+//! overdue claims, ids unique within one entry, and two replicas that apply
+//! the same queue log holding the same state.
+
+use std::sync::Arc;
+
+use lode_raft_store::command::{
+    Command, CommandV1, Encoding, EnqueueOptions, FinishedAs, MessageId, Operation, OperationResult, Proposal,
+};
+use lode_raft_store::{MemoryEngine, StateMachineStore, TypeConfig};
+use openraft::storage::RaftStateMachine;
+use openraft::testing::log_id;
+use openraft::{Entry, EntryPayload};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+struct Queue {
+    state: StateMachineStore<MemoryEngine>,
+    index: u64,
+}
+
+fn enqueue(payload: &str, deliver_at_micros: u64, schedule_ms: Vec<u32>, keys: Vec<&str>) -> Operation {
+    Operation::Enqueue {
+        payload: payload.as_bytes().to_vec(),
+        encoding: Encoding::Bytes,
+        options: EnqueueOptions {
+            deliver_at_micros,
+            backoff_schedule_ms: schedule_ms,
+            keys_if_undelivered: keys.into_iter().map(|key| key.as_bytes().to_vec()).collect(),
+        },
+    }
+}
+
+impl Queue {
+    fn new(engine: Arc<MemoryEngine>) -> Result<Self, Box<dyn std::error::Error>> {
+        Ok(Self {
+            state: StateMachineStore::open(engine)?,
+            index: 0,
+        })
+    }
+
+    /// Applies one command at `time_micros` and returns its results.
+    async fn apply(
+        &mut self,
+        time_micros: u64,
+        operations: Vec<Operation>,
+    ) -> Result<Vec<OperationResult>, Box<dyn std::error::Error>> {
+        self.index += 1;
+        let entry = Entry::<TypeConfig> {
+            log_id: log_id(1, 1, self.index),
+            payload: EntryPayload::Normal(Proposal::single(Command::V1(CommandV1 {
+                op_id: None,
+                time_micros,
+                operations,
+            }))),
+        };
+        let mut outcomes = self.state.apply([entry]).await?;
+        let outcome = outcomes.remove(0).outcomes.remove(0);
+        Ok(outcome.result.map_err(|rejection| format!("refused: {rejection}"))?)
+    }
+
+    async fn claim(
+        &mut self,
+        time_micros: u64,
+    ) -> Result<Option<(MessageId, Vec<u8>, u32)>, Box<dyn std::error::Error>> {
+        match self
+            .apply(time_micros, vec![Operation::ClaimMessage { visibility_ms: 1_000 }])
+            .await?
+            .remove(0)
+        {
+            OperationResult::Claimed { delivery } => {
+                Ok(delivery.map(|delivery| (delivery.id, delivery.payload, delivery.attempt)))
+            }
+            other => Err(format!("claim answered {other:?}").into()),
+        }
+    }
+
+    async fn finish(
+        &mut self,
+        time_micros: u64,
+        (id, attempt): (MessageId, u32),
+        delivered: bool,
+    ) -> Result<FinishedAs, Box<dyn std::error::Error>> {
+        let operation = Operation::FinishMessage { id, attempt, delivered };
+        match self.apply(time_micros, vec![operation]).await?.remove(0) {
+            OperationResult::Finished { finished } => Ok(finished),
+            other => Err(format!("finish answered {other:?}").into()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn messages_come_due_in_delivery_order_and_a_claim_hides_them() -> TestResult {
+    let mut queue = Queue::new(Arc::new(MemoryEngine::new()))?;
+    let results = queue
+        .apply(
+            1_000,
+            vec![
+                enqueue("late", 50_000, vec![], vec![]),
+                enqueue("early", 20_000, vec![], vec![]),
+                enqueue("now", 0, vec![], vec![]),
+            ],
+        )
+        .await?;
+    let ids: Vec<MessageId> = results
+        .into_iter()
+        .map(|result| match result {
+            OperationResult::Enqueued { id } => Ok(id),
+            other => Err(format!("{other:?}")),
+        })
+        .collect::<Result<_, _>>()?;
+    assert_eq!(ids[0].index, ids[1].index);
+    assert!(
+        ids[0] != ids[1] && ids[1] != ids[2],
+        "ids in one entry are unique: {ids:?}"
+    );
+
+    let (id, payload, attempt) = queue.claim(1_000).await?.ok_or("a message due now")?;
+    assert_eq!((payload.as_slice(), attempt, id), (&b"now"[..], 1, ids[2]));
+    let delivery = (id, attempt);
+    assert_eq!(
+        queue.claim(1_000).await?,
+        None,
+        "the claimed message is hidden; the others are not due"
+    );
+    let (_, payload, _) = queue.claim(20_000).await?.ok_or("early is due")?;
+    assert_eq!(payload, b"early");
+    assert_eq!(queue.claim(49_999).await?, None);
+    let (_, payload, _) = queue.claim(50_000).await?.ok_or("late is due")?;
+    assert_eq!(payload, b"late");
+    assert_eq!(queue.finish(60_000, delivery, true).await?, FinishedAs::Delivered);
+    assert_eq!(queue.finish(60_000, delivery, true).await?, FinishedAs::NotClaimed);
+    Ok(())
+}
+
+#[tokio::test]
+async fn failures_retry_per_the_schedule_then_dead_letter_atomically() -> TestResult {
+    let mut queue = Queue::new(Arc::new(MemoryEngine::new()))?;
+    queue
+        .apply(1_000, vec![enqueue("job", 0, vec![10, 100], vec!["dead-a", "dead-b"])])
+        .await?;
+    let (id, _, attempt) = queue.claim(1_000).await?.ok_or("due")?;
+    assert_eq!(attempt, 1);
+    assert_eq!(
+        queue.finish(2_000, (id, 1), false).await?,
+        FinishedAs::Retrying {
+            deliver_at_micros: 12_000
+        }
+    );
+    assert_eq!(queue.claim(11_999).await?, None);
+    let (_, _, attempt) = queue.claim(12_000).await?.ok_or("retry due")?;
+    assert_eq!(attempt, 2);
+    assert_eq!(
+        queue.finish(13_000, (id, 2), false).await?,
+        FinishedAs::Retrying {
+            deliver_at_micros: 113_000
+        }
+    );
+    let (_, _, attempt) = queue.claim(113_000).await?.ok_or("second retry due")?;
+    assert_eq!(attempt, 3);
+    let reader = queue.state.reader();
+    assert!(reader.get_entry("deno", b"dead-a", 113_000)?.is_none());
+    assert_eq!(queue.finish(114_000, (id, 3), false).await?, FinishedAs::DeadLettered);
+    let first = reader.get_entry("deno", b"dead-a", 114_000)?.ok_or("dead letter a")?;
+    let second = reader.get_entry("deno", b"dead-b", 114_000)?.ok_or("dead letter b")?;
+    assert_eq!((first.value.as_slice(), first.version), (&b"job"[..], second.version));
+    assert_eq!(queue.claim(10_000_000).await?, None, "a dead-lettered message is gone");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_overdue_claim_counts_as_a_failed_delivery() -> TestResult {
+    let mut queue = Queue::new(Arc::new(MemoryEngine::new()))?;
+    queue.apply(1_000, vec![enqueue("job", 0, vec![5], vec![])]).await?;
+    let (id, _, _) = queue.claim(1_000).await?.ok_or("due")?;
+    let reader = queue.state.reader();
+    // Visibility is 1,000 ms: overdue from 1,001,000.
+    assert!(!reader.has_overdue_deliveries(1_000_999)?);
+    assert!(reader.has_overdue_deliveries(1_001_000)?);
+    let requeued = queue
+        .apply(1_001_000, vec![Operation::RequeueOverdue { messages_max: 10 }])
+        .await?;
+    assert_eq!(requeued, vec![OperationResult::Requeued { requeued: 1 }]);
+    assert!(!reader.has_overdue_deliveries(1_001_000)?);
+    assert_eq!(reader.next_queue_due_micros()?, Some(1_006_000));
+    let (again, _, attempt) = queue.claim(1_006_000).await?.ok_or("redelivered")?;
+    assert_eq!((again, attempt), (id, 2));
+    // The late finish of the first delivery finds nothing to finish; the
+    // second delivery's does.
+    assert_eq!(queue.finish(1_006_000, (id, 1), true).await?, FinishedAs::NotClaimed);
+    assert_eq!(queue.finish(1_006_000, (id, 2), true).await?, FinishedAs::Delivered);
+    Ok(())
+}
+
+#[tokio::test]
+async fn replicas_applying_the_same_queue_log_agree() -> TestResult {
+    let engines = [Arc::new(MemoryEngine::new()), Arc::new(MemoryEngine::new())];
+    let mut digests = Vec::new();
+    for engine in &engines {
+        let mut queue = Queue::new(engine.clone())?;
+        queue
+            .apply(
+                1_000,
+                vec![enqueue("a", 0, vec![1], vec!["x"]), enqueue("b", 3_000, vec![], vec![])],
+            )
+            .await?;
+        let (id, _, attempt) = queue.claim(1_000).await?.ok_or("due")?;
+        queue.finish(1_500, (id, attempt), false).await?;
+        queue.claim(5_000).await?;
+        queue
+            .apply(2_000_000, vec![Operation::RequeueOverdue { messages_max: 10 }])
+            .await?;
+        digests.push(queue.state.reader().state_digest()?);
+    }
+    assert_eq!(digests[0], digests[1]);
+    Ok(())
+}
