@@ -410,3 +410,81 @@ async fn kv_connect_refuses_bad_tokens_versions_and_requests_with_reasons() {
     assert!(body.contains("1 to 10 keys"), "{body}");
     cluster.assert_no_errors();
 }
+
+/// Sends SIGTERM to member `id` and waits for it to exit on its own.
+fn stop_gracefully(cluster: &mut TestCluster, id: u64) -> Duration {
+    cluster.signal(id, "TERM");
+    let started = std::time::Instant::now();
+    let mut process = cluster
+        .members
+        .get_mut(&id)
+        .and_then(|member| member.process.take())
+        .expect("a running member");
+    loop {
+        if let Some(status) = process.try_wait().expect("poll the member") {
+            assert!(status.success(), "member {id} exited with {status} after SIGTERM");
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < support::WAIT_MAX,
+            "member {id} did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_ends_cleanly_when_its_member_stops_and_the_client_reconnects() {
+    let mut cluster = TestCluster::start_with_http(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster
+        .running()
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("a follower");
+    let deno_dir = tempfile::tempdir().expect("temp dir");
+    let mut command = client_command(&deno_binary(), &cluster.kv_connect_url(follower), deno_dir.path());
+    command
+        .args([
+            "run",
+            "--unstable-kv",
+            "--allow-env",
+            "--allow-net",
+            "--no-lock",
+            "watcher.ts",
+        ])
+        .env("LODE_STATES", "3");
+    let mut child = command.spawn().expect("start the Deno watcher");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let deadline = tokio::time::Instant::now() + SCRIPT_TIME_MAX;
+    let mut next_state = async || -> serde_json::Value {
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .expect("the watcher stalled")
+            .expect("read the watcher's output")
+            .expect("the watcher ended early");
+        serde_json::from_str(&line).expect("a JSON line")
+    };
+    let status_key = deno_key(&["status"]);
+    let deno = cluster.client().kv_unscoped(lode_types::DENO_NAMESPACE);
+
+    assert_eq!(next_state().await["versionstamp"], serde_json::Value::Null);
+    deno.set(&status_key).bytes("one").send().await.expect("write");
+    assert_eq!(next_state().await["value"], "one");
+
+    // The member serving the watch stops: its open watch must not hold up
+    // the shutdown, and the client reconnects once it is back.
+    let stopping = stop_gracefully(&mut cluster, follower);
+    assert!(stopping < Duration::from_secs(10), "shutdown took {stopping:?}");
+    cluster.restart(follower);
+    cluster.wait_for_leader().await;
+    let deno = cluster.client().kv_unscoped(lode_types::DENO_NAMESPACE);
+    deno.set(&status_key).bytes("two").send().await.expect("write");
+    assert_eq!(next_state().await["value"], "two");
+    let status = tokio::time::timeout_at(deadline, child.wait())
+        .await
+        .expect("the watcher did not exit")
+        .expect("wait for the watcher");
+    assert!(status.success(), "the watcher failed: {status}");
+    cluster.assert_no_errors();
+}

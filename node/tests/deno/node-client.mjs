@@ -17,6 +17,14 @@ assert.deepEqual(read.value, { text: "hello", at: new Date(0) });
 assert.equal(read.versionstamp, written.versionstamp);
 assert.equal((await kv.get(["node", "absent"])).versionstamp, null);
 
+// an eventual read is served by the member's own state, which catches up
+let eventual = null;
+for (let attempt = 0; attempt < 200 && eventual?.versionstamp !== written.versionstamp; attempt++) {
+  eventual = await kv.get(["node", "greeting"], { consistency: "eventual" });
+  if (eventual.versionstamp !== written.versionstamp) await new Promise((resolve) => setTimeout(resolve, 10));
+}
+assert.equal(eventual.versionstamp, written.versionstamp);
+
 // atomic with checks: the first commit wins, the stale one is refused
 const first = await kv.atomic()
   .check(read)
