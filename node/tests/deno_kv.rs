@@ -92,6 +92,28 @@ async fn run_client(mut command: tokio::process::Command, what: &str) -> String 
     stdout
 }
 
+fn a_follower(cluster: &TestCluster, leader: u64) -> u64 {
+    cluster
+        .running()
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("a follower")
+}
+
+/// `deno run` of one of the scripts against member `id`'s KV Connect URL.
+fn deno_run(cluster: &TestCluster, id: u64, script: &str, deno_dir: &Path) -> tokio::process::Command {
+    let mut command = client_command(&deno_binary(), &cluster.kv_connect_url(id), deno_dir);
+    command.args([
+        "run",
+        "--unstable-kv",
+        "--allow-env",
+        "--allow-net",
+        "--no-lock",
+        script,
+    ]);
+    command
+}
+
 fn deno_key(parts: &[&str]) -> Vec<u8> {
     let key = Key(parts.iter().map(|part| KeyPart::String((*part).to_owned())).collect());
     encode_key(&key).expect("encode a tuple key")
@@ -102,11 +124,7 @@ async fn deno_runs_the_seed_examples_against_a_three_member_cluster() {
     let cluster = TestCluster::start_with_http(3, 10_000);
     let leader = cluster.wait_for_leader().await;
     // A follower's port: strong reads and writes go through the leader.
-    let follower = cluster
-        .running()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("a follower");
+    let follower = a_follower(&cluster, leader);
     let deno_dir = tempfile::tempdir().expect("temp dir");
     let mut command = client_command(&deno_binary(), &cluster.kv_connect_url(follower), deno_dir.path());
     command.args([
@@ -168,23 +186,10 @@ async fn a_deno_client_keeps_writing_while_the_leader_is_killed() {
     const WRITES: usize = 150;
     let mut cluster = TestCluster::start_with_http(3, 10_000);
     let leader = cluster.wait_for_leader().await;
-    let follower = cluster
-        .running()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("a follower");
+    let follower = a_follower(&cluster, leader);
     let deno_dir = tempfile::tempdir().expect("temp dir");
-    let mut command = client_command(&deno_binary(), &cluster.kv_connect_url(follower), deno_dir.path());
-    command
-        .args([
-            "run",
-            "--unstable-kv",
-            "--allow-env",
-            "--allow-net",
-            "--no-lock",
-            "writer.ts",
-        ])
-        .env("LODE_WRITES", WRITES.to_string());
+    let mut command = deno_run(&cluster, follower, "writer.ts", deno_dir.path());
+    command.env("LODE_WRITES", WRITES.to_string());
     let mut child = command.spawn().expect("start the Deno writer");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut committed = Vec::new();
@@ -437,23 +442,10 @@ fn stop_gracefully(cluster: &mut TestCluster, id: u64) -> Duration {
 async fn a_watch_ends_cleanly_when_its_member_stops_and_the_client_reconnects() {
     let mut cluster = TestCluster::start_with_http(3, 10_000);
     let leader = cluster.wait_for_leader().await;
-    let follower = cluster
-        .running()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("a follower");
+    let follower = a_follower(&cluster, leader);
     let deno_dir = tempfile::tempdir().expect("temp dir");
-    let mut command = client_command(&deno_binary(), &cluster.kv_connect_url(follower), deno_dir.path());
-    command
-        .args([
-            "run",
-            "--unstable-kv",
-            "--allow-env",
-            "--allow-net",
-            "--no-lock",
-            "watcher.ts",
-        ])
-        .env("LODE_STATES", "3");
+    let mut command = deno_run(&cluster, follower, "watcher.ts", deno_dir.path());
+    command.env("LODE_STATES", "3");
     let mut child = command.spawn().expect("start the Deno watcher");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let deadline = tokio::time::Instant::now() + SCRIPT_TIME_MAX;

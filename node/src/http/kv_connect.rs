@@ -91,11 +91,39 @@ pub(super) fn authorize(gateway: &Gateway, headers: &HeaderMap) -> Result<(), Re
     }
 }
 
-/// Which client and consistency an endpoint reads with.
-pub(super) fn endpoint<'a>(
+/// A data path request that passed what every call checks: the token, the
+/// endpoint and the protobuf body.
+pub(super) struct Admitted<'a, M> {
+    /// The client the endpoint reads with.
+    pub client: &'a Client,
+    pub consistency: Consistency,
+    pub strong: bool,
+    pub message: M,
+}
+
+/// Checks a data path request: the token, the endpoint and the body.
+pub(super) fn admit<'a, M: Message + Default>(
     gateway: &'a Gateway,
     consistency: &str,
-) -> Result<(&'a Client, Consistency, bool), Refusal> {
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Admitted<'a, M>, Refusal> {
+    authorize(gateway, headers)?;
+    let (client, consistency, strong) = endpoint(gateway, consistency)?;
+    let message = M::decode(body).map_err(|error| {
+        let what = std::any::type_name::<M>().rsplit("::").next().unwrap_or("request");
+        Refusal::new(StatusCode::BAD_REQUEST, format!("invalid {what}: {error}"))
+    })?;
+    Ok(Admitted {
+        client,
+        consistency,
+        strong,
+        message,
+    })
+}
+
+/// Which client and consistency an endpoint reads with.
+fn endpoint<'a>(gateway: &'a Gateway, consistency: &str) -> Result<(&'a Client, Consistency, bool), Refusal> {
     match consistency {
         "strong" => Ok((&gateway.cluster, Consistency::Linearizable, true)),
         "eventual" => Ok((&gateway.local, Consistency::Eventual, false)),
@@ -226,16 +254,14 @@ pub(super) async fn snapshot_read(
     body: Bytes,
 ) -> Response {
     gateway.counters.count("snapshot_read");
-    if let Err(refused) = authorize(&gateway, &headers) {
-        return refused.into_response();
-    }
-    let (client, consistency, strong) = match endpoint(&gateway, &consistency) {
-        Ok(endpoint) => endpoint,
+    let Admitted {
+        client,
+        consistency,
+        strong,
+        message: read,
+    } = match admit::<pb::SnapshotRead>(&gateway, &consistency, &headers, &body) {
+        Ok(admitted) => admitted,
         Err(refused) => return refused.into_response(),
-    };
-    let read = match pb::SnapshotRead::decode(body.as_ref()) {
-        Ok(read) => read,
-        Err(error) => return text(StatusCode::BAD_REQUEST, format!("invalid SnapshotRead: {error}")),
     };
     let ranges = match deno::read_ranges(&read) {
         Ok(ranges) => ranges,
@@ -280,15 +306,9 @@ pub(super) async fn atomic_write(
     body: Bytes,
 ) -> Response {
     gateway.counters.count("atomic_write");
-    if let Err(refused) = authorize(&gateway, &headers) {
-        return refused.into_response();
-    }
-    if let Err(refused) = endpoint(&gateway, &consistency) {
-        return refused.into_response();
-    }
-    let write = match pb::AtomicWrite::decode(body.as_ref()) {
-        Ok(write) => write,
-        Err(error) => return text(StatusCode::BAD_REQUEST, format!("invalid AtomicWrite: {error}")),
+    let write = match admit::<pb::AtomicWrite>(&gateway, &consistency, &headers, &body) {
+        Ok(admitted) => admitted.message,
+        Err(refused) => return refused.into_response(),
     };
     let now_ms = lode_client::facade::now_micros() / 1000;
     let delay_limit_ms = now_ms.saturating_add(lode_types::limits::QUEUE_DELAY_MS_MAX);

@@ -26,7 +26,7 @@ use lode_types::limits::{KEY_BYTES_MAX, WATCHED_KEYS_MAX};
 use lode_types::DENO_NAMESPACE;
 use prost::Message;
 
-use super::kv_connect::{authorize, endpoint, failure, text};
+use super::kv_connect::{admit, failure, text, Admitted};
 use super::{deno, Gateway};
 
 /// How long a stream may stay silent before a keepalive frame.
@@ -40,16 +40,14 @@ pub(super) async fn watch(
     body: Bytes,
 ) -> Response {
     gateway.counters.count("watch");
-    if let Err(refused) = authorize(&gateway, &headers) {
-        return refused.into_response();
-    }
-    let (first_reader, consistency, _) = match endpoint(&gateway, &consistency) {
-        Ok(endpoint) => endpoint,
+    let Admitted {
+        client: first_reader,
+        consistency,
+        message: request,
+        ..
+    } = match admit::<pb::Watch>(&gateway, &consistency, &headers, &body) {
+        Ok(admitted) => admitted,
         Err(refused) => return refused.into_response(),
-    };
-    let request = match pb::Watch::decode(body.as_ref()) {
-        Ok(request) => request,
-        Err(error) => return text(StatusCode::BAD_REQUEST, format!("invalid Watch: {error}")),
     };
     let keys: Vec<Vec<u8>> = request.keys.into_iter().map(|key| key.key).collect();
     if keys.is_empty() || keys.len() > WATCHED_KEYS_MAX {
