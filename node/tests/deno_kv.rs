@@ -237,8 +237,8 @@ async fn a_deno_client_keeps_writing_while_the_leader_is_killed() {
     cluster.assert_no_errors_except(&["unreachable", "connection refused", "Connection refused"]);
 }
 
-/// One HTTP/1.1 POST over a fresh connection: (status, body).
-fn post(address: &str, path: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> (u16, String) {
+/// One HTTP/1.1 POST over a fresh connection: (status, body bytes).
+fn post_bytes(address: &str, path: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> (u16, Vec<u8>) {
     let mut stream = std::net::TcpStream::connect(address).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
     let authorization = token.map_or(String::new(), |token| format!("Authorization: Bearer {token}\r\n"));
@@ -250,16 +250,23 @@ fn post(address: &str, path: &str, token: Option<&str>, content_type: &str, body
     stream.write_all(body).expect("write");
     let mut response = Vec::new();
     stream.read_to_end(&mut response).expect("read");
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
+    let head_end = response
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .expect("a header end");
+    let head = String::from_utf8_lossy(&response[..head_end]);
+    let status = head
         .split(' ')
         .nth(1)
         .and_then(|code| code.parse().ok())
         .expect("a status line");
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or(String::new(), |(_, body)| body.to_owned());
-    (status, body)
+    (status, response[head_end + 4..].to_vec())
+}
+
+/// One HTTP/1.1 POST over a fresh connection: (status, body text).
+fn post(address: &str, path: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> (u16, String) {
+    let (status, body) = post_bytes(address, path, token, content_type, body);
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -379,23 +386,15 @@ async fn kv_connect_refuses_bad_tokens_versions_and_requests_with_reasons() {
         mutations: vec![set(b'c', 3)],
         ..Default::default()
     };
-    let mut stream = std::net::TcpStream::connect(&address).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-    let encoded = checks_fail.encode_to_vec();
-    let head = format!(
-        "POST {write} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {ACCESS_TOKEN}\r\nContent-Type: {protobuf}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        encoded.len()
+    let (status, response) = post_bytes(
+        &address,
+        write,
+        Some(ACCESS_TOKEN),
+        protobuf,
+        &checks_fail.encode_to_vec(),
     );
-    stream.write_all(head.as_bytes()).expect("write");
-    stream.write_all(&encoded).expect("write");
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).expect("read");
-    let split = response
-        .windows(4)
-        .position(|window| window == b"\r\n\r\n")
-        .expect("a header end")
-        + 4;
-    let output = pb::AtomicWriteOutput::decode(&response[split..]).expect("an AtomicWriteOutput");
+    assert_eq!(status, 200);
+    let output = pb::AtomicWriteOutput::decode(response.as_slice()).expect("an AtomicWriteOutput");
     assert_eq!(output.status, pb::AtomicWriteStatus::AwCheckFailure as i32);
     assert_eq!(output.failed_checks, vec![0, 2]);
     let c = cluster
@@ -478,5 +477,71 @@ async fn a_watch_ends_cleanly_when_its_member_stops_and_the_client_reconnects() 
         .expect("the watcher did not exit")
         .expect("wait for the watcher");
     assert!(status.success(), "the watcher failed: {status}");
+    cluster.assert_no_errors();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v8_sums_keep_within_their_bounds_or_clamp() {
+    use denokv_proto::datapath as pb;
+    use lode_types::v8_number::V8Number;
+    use prost::Message;
+    let cluster = TestCluster::start_with_http(1, 10_000);
+    cluster.wait_for_leader().await;
+    let url = cluster.kv_connect_url(1);
+    let address = url.trim_start_matches("http://").to_owned();
+    let key = deno_key(&["score"]);
+    let sum = |operand: V8Number, max: Option<V8Number>, clamp: bool| pb::AtomicWrite {
+        mutations: vec![pb::Mutation {
+            key: key.clone(),
+            value: Some(pb::KvValue {
+                data: operand.encode(),
+                encoding: pb::ValueEncoding::VeV8 as i32,
+            }),
+            mutation_type: pb::MutationType::MSum as i32,
+            sum_max: max.map(|max| max.encode()).unwrap_or_default(),
+            sum_clamp: clamp,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let write = |request: pb::AtomicWrite| {
+        post_bytes(
+            &address,
+            "/kv/strong/atomic_write",
+            Some(ACCESS_TOKEN),
+            "application/x-protobuf",
+            &request.encode_to_vec(),
+        )
+    };
+    let read = || async {
+        let entry = cluster
+            .client()
+            .kv_unscoped(lode_types::DENO_NAMESPACE)
+            .get_entry(&key)
+            .await
+            .expect("read")
+            .expect("the sum's key");
+        V8Number::decode(&entry.value).expect("a V8 number")
+    };
+    assert_eq!(write(sum(V8Number::Number(5.0), None, false)).0, 200);
+    assert_eq!(
+        write(sum(V8Number::Number(2.5), Some(V8Number::Number(10.0)), false)).0,
+        200
+    );
+    assert_eq!(read().await, V8Number::Number(7.5));
+    let (status, body) = write(sum(V8Number::Number(5.0), Some(V8Number::Number(10.0)), false));
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("out of range"), "{body}");
+    assert_eq!(read().await, V8Number::Number(7.5), "a refused sum applied");
+    assert_eq!(
+        write(sum(V8Number::Number(5.0), Some(V8Number::Number(10.0)), true)).0,
+        200
+    );
+    assert_eq!(read().await, V8Number::Number(10.0));
+    let (status, body) = write(sum(V8Number::BigInt(1), None, false));
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("cannot sum a number with a bigint"), "{body}");
     cluster.assert_no_errors();
 }

@@ -649,6 +649,38 @@ fn apply_operation<E: Engine>(
             overlay.put(batch, entry_key, entry)?;
             OperationResult::Counter { version, value }
         }
+        Operation::SumV8 {
+            namespace,
+            key,
+            operand,
+            min,
+            max,
+            clamp,
+        } => {
+            let entry_key = keys::entry_key(namespace, key);
+            let current = live(overlay, &entry_key, now_micros)?;
+            let stored = current.as_ref().map(|entry| (&entry.encoding, entry.value.as_slice()));
+            let (value, encoding) =
+                match lode_types::v8_number::sum(stored, operand, min.as_deref(), max.as_deref(), *clamp) {
+                    Ok(result) => result,
+                    Err(message) => {
+                        return Ok(Err(Rejection::Invalid(format!(
+                            "sum at key {} of namespace {namespace:?}: {message}",
+                            keys::display_key(key)
+                        ))))
+                    }
+                };
+            let entry = StoredEntry {
+                value,
+                encoding,
+                version,
+                expires_at_micros: None,
+                source,
+                session: None,
+            };
+            overlay.put(batch, entry_key, entry)?;
+            OperationResult::SumV8 { version }
+        }
         Operation::DeleteRange {
             namespace,
             selector,

@@ -525,11 +525,14 @@ impl Model {
                 );
                 Ok(OperationResult::Counter { version, value })
             }
-            Operation::Enqueue { .. }
+            Operation::SumV8 { .. }
+            | Operation::Enqueue { .. }
             | Operation::ClaimMessage { .. }
             | Operation::FinishMessage { .. }
             | Operation::RequeueOverdue { .. } => {
-                unreachable!("the model generates no queue operations (node/tests/queues.rs covers them)")
+                unreachable!(
+                    "the model generates no V8 sums or queue operations (lode-types and node/tests cover them)"
+                )
             }
         }
     }

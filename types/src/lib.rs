@@ -8,6 +8,7 @@
 //! ones, so old logs stay readable.
 
 pub mod limits;
+pub mod v8_number;
 
 use serde::{Deserialize, Serialize};
 
@@ -238,6 +239,22 @@ pub enum Operation {
     /// Ends, as failed, up to `messages_max` claimed deliveries whose
     /// visibility has run out. Proposed by the leader.
     RequeueOverdue { messages_max: u32 },
+    /// Deno KV's sum of V8 numbers or bigints (see [`v8_number::sum`]): the
+    /// live value at the key plus `operand`, kept within `min..=max` when
+    /// given (outside them the command is refused, or with `clamp` the
+    /// result is clamped). The result never expires.
+    SumV8 {
+        namespace: String,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        operand: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        min: Option<Vec<u8>>,
+        #[serde(with = "serde_bytes")]
+        max: Option<Vec<u8>>,
+        clamp: bool,
+    },
     /// Combines the live little-endian u64 at the key with `operand` (sum
     /// wraps at 2^64). An absent key takes `operand`; the result never
     /// expires. A live value of another encoding refuses the command.
@@ -497,6 +514,10 @@ pub enum OperationResult {
         version: u64,
         value: u64,
     },
+    /// The V8 sum's version.
+    SumV8 {
+        version: u64,
+    },
 }
 
 impl Operation {
@@ -552,6 +573,31 @@ impl Operation {
             | Operation::Counter { namespace, key, .. } => {
                 check_namespace(namespace)?;
                 check_key(key)
+            }
+            Operation::SumV8 {
+                namespace,
+                key,
+                operand,
+                min,
+                max,
+                ..
+            } => {
+                check_namespace(namespace)?;
+                check_key(key)?;
+                for (field, bytes) in [("operand", Some(operand)), ("min", min.as_ref()), ("max", max.as_ref())] {
+                    if let Some(bytes) = bytes {
+                        if bytes.len() > limits::SUM_OPERAND_BYTES_MAX {
+                            return Err(format!(
+                                "the sum's {field} is {} bytes, over the limit sum_operand_bytes_max = {}",
+                                bytes.len(),
+                                limits::SUM_OPERAND_BYTES_MAX
+                            ));
+                        }
+                    }
+                }
+                // The stored value is known only at apply; the operand and
+                // bounds can be judged now, against an absent value.
+                v8_number::sum(None, operand, min.as_deref(), max.as_deref(), false).map(|_| ())
             }
             Operation::Patch {
                 namespace, key, patch, ..
@@ -743,6 +789,20 @@ pub fn write_size_bytes(operations: &[Operation]) -> usize {
             | Operation::Expire { namespace, key, .. }
             | Operation::Check { namespace, key, .. }
             | Operation::Counter { namespace, key, .. } => namespace.len() + key.len(),
+            Operation::SumV8 {
+                namespace,
+                key,
+                operand,
+                min,
+                max,
+                ..
+            } => {
+                namespace.len()
+                    + key.len()
+                    + operand.len()
+                    + min.as_ref().map_or(0, Vec::len)
+                    + max.as_ref().map_or(0, Vec::len)
+            }
             Operation::Patch {
                 namespace, key, patch, ..
             } => namespace.len() + key.len() + patch.len(),

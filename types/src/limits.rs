@@ -55,6 +55,9 @@ pub const QUEUE_DELAY_MS_MAX: u64 = 30 * 24 * 3600 * 1000;
 pub const QUEUE_VISIBILITY_MS_MAX: u32 = 3_600_000;
 /// Most overdue deliveries one requeue command ends.
 pub const QUEUE_REQUEUE_MESSAGES_MAX: u32 = 1000;
+/// Longest V8-serialized operand or bound of a Deno KV sum, in bytes (a
+/// 128-bit bigint takes 20).
+pub const SUM_OPERAND_BYTES_MAX: usize = 64;
 /// Most keys in one get_many.
 pub const GET_MANY_KEYS_MAX: usize = 1000;
 /// Most namespaces one listing returns.

@@ -215,10 +215,27 @@ pub fn write_operations(write: &pb::AtomicWrite) -> Result<Vec<Operation>, Strin
                 session: None,
             },
             pb::MutationType::MSum => {
-                if !mutation.sum_min.is_empty() || !mutation.sum_max.is_empty() || mutation.sum_clamp {
-                    return Err(format!("{field}: cannot use min/max parameters with KvU64 operands"));
+                let operand = value()?;
+                match encoding_from_deno(operand.encoding).map_err(|message| format!("{field}: {message}"))? {
+                    // A V8 number or bigint, with optional bounds.
+                    Encoding::V8 => {
+                        let bound = |bytes: &Vec<u8>| (!bytes.is_empty()).then(|| bytes.clone());
+                        let operation = Operation::SumV8 {
+                            namespace: namespace.clone(),
+                            key: key.clone(),
+                            operand: operand.data.clone(),
+                            min: bound(&mutation.sum_min),
+                            max: bound(&mutation.sum_max),
+                            clamp: mutation.sum_clamp,
+                        };
+                        operation.validate().map_err(|message| format!("{field}: {message}"))?;
+                        operation
+                    }
+                    _ if !mutation.sum_min.is_empty() || !mutation.sum_max.is_empty() || mutation.sum_clamp => {
+                        return Err(format!("{field}: cannot use min/max parameters with KvU64 operands"));
+                    }
+                    _ => counter(CounterKind::Sum)?,
                 }
-                counter(CounterKind::Sum)?
             }
             pb::MutationType::MMin => counter(CounterKind::Min)?,
             pb::MutationType::MMax => counter(CounterKind::Max)?,
@@ -331,7 +348,7 @@ mod tests {
     }
 
     #[test]
-    fn sums_take_kv_u64_operands_without_bounds() {
+    fn sums_take_kv_u64_operands_without_bounds_and_v8_numbers_with_them() {
         let sum = |value: pb::KvValue, sum_min: Vec<u8>| pb::AtomicWrite {
             mutations: vec![pb::Mutation {
                 key: vec![2],
@@ -361,9 +378,20 @@ mod tests {
             data: vec![1, 2],
             encoding: pb::ValueEncoding::VeV8 as i32,
         };
-        assert!(write_operations(&sum(v8, Vec::new()))
-            .expect_err("refused")
-            .contains("KvU64"));
+        let message = write_operations(&sum(v8, Vec::new())).expect_err("refused");
+        assert!(
+            message.contains("mutations[0]") && message.contains("operand"),
+            "{message}"
+        );
+        let number = pb::KvValue {
+            data: lode_types::v8_number::V8Number::Number(1.0).encode(),
+            encoding: pb::ValueEncoding::VeV8 as i32,
+        };
+        let bigint_min = lode_types::v8_number::V8Number::BigInt(0).encode();
+        let message = write_operations(&sum(number.clone(), bigint_min)).expect_err("refused");
+        assert!(message.contains("must have the operand's type"), "{message}");
+        let operations = write_operations(&sum(number, Vec::new())).expect("accepted");
+        assert!(matches!(operations[0], Operation::SumV8 { clamp: false, .. }));
     }
 
     #[test]
