@@ -8,6 +8,7 @@
 //! ones, so old logs stay readable.
 
 pub mod limits;
+pub mod state_update;
 pub mod v8_number;
 
 use serde::{Deserialize, Serialize};
