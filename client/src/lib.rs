@@ -16,6 +16,7 @@ pub mod limits;
 pub mod protocol;
 pub mod queue;
 pub mod sdk;
+pub mod state;
 pub mod state_store;
 
 pub use codec::{Codec, JsonCodec, MsgpackCodec};

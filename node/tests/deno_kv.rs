@@ -10,7 +10,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
@@ -19,7 +18,7 @@ use std::time::Duration;
 use denokv_proto::{encode_key, Key, KeyPart};
 use lode_client::protocol::Encoding;
 use lode_client::queue::FinishedAs;
-use support::{TestCluster, ACCESS_TOKEN};
+use support::{post, post_bytes, TestCluster, ACCESS_TOKEN};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Longest a client script may run before the test fails.
@@ -235,38 +234,6 @@ async fn a_deno_client_keeps_writing_while_the_leader_is_killed() {
         assert_eq!(&stamp[16..], "0000");
     }
     cluster.assert_no_errors_except(&["unreachable", "connection refused", "Connection refused"]);
-}
-
-/// One HTTP/1.1 POST over a fresh connection: (status, body bytes).
-fn post_bytes(address: &str, path: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> (u16, Vec<u8>) {
-    let mut stream = std::net::TcpStream::connect(address).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-    let authorization = token.map_or(String::new(), |token| format!("Authorization: Bearer {token}\r\n"));
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}Content-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).expect("write");
-    stream.write_all(body).expect("write");
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).expect("read");
-    let head_end = response
-        .windows(4)
-        .position(|window| window == b"\r\n\r\n")
-        .expect("a header end");
-    let head = String::from_utf8_lossy(&response[..head_end]);
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .expect("a status line");
-    (status, response[head_end + 4..].to_vec())
-}
-
-/// One HTTP/1.1 POST over a fresh connection: (status, body text).
-fn post(address: &str, path: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> (u16, String) {
-    let (status, body) = post_bytes(address, path, token, content_type, body);
-    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -649,6 +649,75 @@ fn apply_operation<E: Engine>(
             overlay.put(batch, entry_key, entry)?;
             OperationResult::Counter { version, value }
         }
+        Operation::StateUpdate {
+            namespace,
+            key,
+            ops_json,
+        } => {
+            let entry_key = keys::entry_key(namespace, key);
+            let current = live(overlay, &entry_key, now_micros)?;
+            let old_value = match &current {
+                None => None,
+                Some(entry) if entry.encoding == Encoding::Json => {
+                    match serde_json::from_slice::<serde_json::Value>(&entry.value) {
+                        Ok(value) => Some(value),
+                        Err(error) => {
+                            return Ok(Err(Rejection::Invalid(format!(
+                                "key {} of namespace {namespace:?} does not hold valid JSON: {error}",
+                                keys::display_key(key)
+                            ))))
+                        }
+                    }
+                }
+                Some(entry) => {
+                    return Ok(Err(Rejection::Invalid(format!(
+                        "key {} of namespace {namespace:?} holds a {:?} value; a state update needs JSON",
+                        keys::display_key(key),
+                        entry.encoding
+                    ))))
+                }
+            };
+            let ops = match lode_types::state_update::parse_ops(ops_json) {
+                Ok(ops) => ops,
+                Err(message) => return Ok(Err(Rejection::Invalid(message))),
+            };
+            let outcome = lode_types::state_update::apply(old_value.as_ref(), &ops);
+            let encode_json = |value: &serde_json::Value| {
+                serde_json::to_vec(value).map_err(|error| EngineError::corrupt("state value", error))
+            };
+            let new_value = encode_json(&outcome.new_value)?;
+            let written = outcome.errors.len() < ops.len();
+            if written {
+                if let Err(message) = crate::limits::check_value(&new_value) {
+                    return Ok(Err(Rejection::Invalid(format!("the updated {message}"))));
+                }
+                let entry = StoredEntry {
+                    value: new_value.clone(),
+                    encoding: Encoding::Json,
+                    version,
+                    expires_at_micros: None,
+                    source,
+                    session: None,
+                };
+                overlay.put(batch, entry_key, entry)?;
+            }
+            OperationResult::StateUpdated {
+                version: written.then_some(version),
+                old_value: current.map(|entry| entry.value),
+                new_value,
+                errors_json: serde_json::to_vec(&outcome.errors)
+                    .map_err(|error| EngineError::corrupt("state update errors", error))?,
+            }
+        }
+        Operation::Take { namespace, key } => {
+            let entry_key = keys::entry_key(namespace, key);
+            let current = live(overlay, &entry_key, now_micros)?;
+            overlay.remove(batch, entry_key)?;
+            OperationResult::Taken {
+                encoding: current.as_ref().map(|entry| entry.encoding.clone()),
+                old_value: current.map(|entry| entry.value),
+            }
+        }
         Operation::SumV8 {
             namespace,
             key,

@@ -162,7 +162,9 @@ impl Command {
                 | Operation::Expire { namespace, key, .. }
                 | Operation::Patch { namespace, key, .. }
                 | Operation::Counter { namespace, key, .. }
-                | Operation::SumV8 { namespace, key, .. } => keys.push(crate::keys::entry_key(namespace, key)),
+                | Operation::SumV8 { namespace, key, .. }
+                | Operation::StateUpdate { namespace, key, .. }
+                | Operation::Take { namespace, key } => keys.push(crate::keys::entry_key(namespace, key)),
                 // A check writes nothing; an enqueue writes a key no other
                 // command can name (its id holds the entry's index).
                 Operation::Check { .. } | Operation::Enqueue { .. } => {}

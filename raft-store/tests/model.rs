@@ -526,6 +526,8 @@ impl Model {
                 Ok(OperationResult::Counter { version, value })
             }
             Operation::SumV8 { .. }
+            | Operation::StateUpdate { .. }
+            | Operation::Take { .. }
             | Operation::Enqueue { .. }
             | Operation::ClaimMessage { .. }
             | Operation::FinishMessage { .. }

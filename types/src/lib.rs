@@ -240,6 +240,26 @@ pub enum Operation {
     /// Ends, as failed, up to `messages_max` claimed deliveries whose
     /// visibility has run out. Proposed by the leader.
     RequeueOverdue { messages_max: u32 },
+    /// The State API's `update` (and `set`): applies the JSON update ops
+    /// in `ops_json` (a JSON array of [`state_update::UpdateOp`]) to the
+    /// key's live JSON value, best effort (see [`state_update::apply`]),
+    /// and stores the result as JSON unless every op failed. The ops travel
+    /// as JSON text because the log's binary encoding cannot carry
+    /// arbitrary JSON values.
+    StateUpdate {
+        namespace: String,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        ops_json: Vec<u8>,
+    },
+    /// Removes the key's live entry and answers its value (the State API's
+    /// `delete`).
+    Take {
+        namespace: String,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
     /// Deno KV's sum of V8 numbers or bigints (see [`v8_number::sum`]): the
     /// live value at the key plus `operand`, kept within `min..=max` when
     /// given (outside them the command is refused, or with `clamp` the
@@ -519,6 +539,25 @@ pub enum OperationResult {
     SumV8 {
         version: u64,
     },
+    /// The value before and after a state update (JSON text; `None`: the
+    /// key was absent), the version written (`None` when every op failed and
+    /// nothing was written), and the failed ops as a JSON array of
+    /// [`state_update::UpdateOpError`].
+    StateUpdated {
+        version: Option<u64>,
+        #[serde(with = "serde_bytes")]
+        old_value: Option<Vec<u8>>,
+        #[serde(with = "serde_bytes")]
+        new_value: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        errors_json: Vec<u8>,
+    },
+    /// The removed live value and its encoding, if there was one.
+    Taken {
+        #[serde(with = "serde_bytes")]
+        old_value: Option<Vec<u8>>,
+        encoding: Option<Encoding>,
+    },
 }
 
 impl Operation {
@@ -574,6 +613,20 @@ impl Operation {
             | Operation::Counter { namespace, key, .. } => {
                 check_namespace(namespace)?;
                 check_key(key)
+            }
+            Operation::Take { namespace, key } => {
+                check_namespace(namespace)?;
+                check_key(key)
+            }
+            Operation::StateUpdate {
+                namespace,
+                key,
+                ops_json,
+            } => {
+                check_namespace(namespace)?;
+                check_key(key)?;
+                check_value(ops_json).map_err(|message| message.replacen("value", "ops", 1))?;
+                state_update::parse_ops(ops_json).map(|_| ())
             }
             Operation::SumV8 {
                 namespace,
@@ -790,6 +843,12 @@ pub fn write_size_bytes(operations: &[Operation]) -> usize {
             | Operation::Expire { namespace, key, .. }
             | Operation::Check { namespace, key, .. }
             | Operation::Counter { namespace, key, .. } => namespace.len() + key.len(),
+            Operation::Take { namespace, key } => namespace.len() + key.len(),
+            Operation::StateUpdate {
+                namespace,
+                key,
+                ops_json,
+            } => namespace.len() + key.len() + ops_json.len(),
             Operation::SumV8 {
                 namespace,
                 key,

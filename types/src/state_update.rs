@@ -418,6 +418,30 @@ fn apply_one(root: &mut Value, op: &UpdateOp) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The namespace that holds a State API scope's keys.
+pub fn scope_namespace(scope: &str) -> String {
+    format!("{SCOPE_NAMESPACE_PREFIX}{scope}")
+}
+
+/// Namespaces holding State API scopes start with this.
+pub const SCOPE_NAMESPACE_PREFIX: &str = "state:";
+
+/// Reads the JSON array of ops an update carries, checking their count.
+pub fn parse_ops(ops_json: &[u8]) -> Result<Vec<UpdateOp>, String> {
+    let ops: Vec<UpdateOp> =
+        serde_json::from_slice(ops_json).map_err(|error| format!("ops is not a valid array of update ops: {error}"))?;
+    if ops.is_empty() {
+        return Err("ops must hold at least one update op".to_owned());
+    }
+    if ops.len() > UPDATE_OPS_MAX {
+        return Err(format!(
+            "ops has {} items, over the limit update_ops_max = {UPDATE_OPS_MAX}",
+            ops.len()
+        ));
+    }
+    Ok(ops)
+}
+
 /// Applies `ops` in order to `current` (`None`: the key is absent). Failed
 /// operations change nothing and are reported; the rest apply.
 pub fn apply(current: Option<&Value>, ops: &[UpdateOp]) -> UpdateOutcome {

@@ -1,6 +1,6 @@
 //! The node's HTTP port: KV Connect (so `Deno.openKv("http://…")` and
-//! `@deno/kv` reach the cluster unchanged), health, readiness and
-//! Prometheus metrics.
+//! `@deno/kv` reach the cluster unchanged), the State API as JSON, health,
+//! readiness and Prometheus metrics.
 //!
 //! The gateway is a client of its own node: it speaks to the node's tarpc
 //! service through the Rust SDK, so writes and strong reads follow the
@@ -12,6 +12,7 @@
 pub mod deno;
 mod kv_connect;
 mod metrics;
+mod state_api;
 mod watch;
 
 use std::io;
@@ -110,6 +111,7 @@ impl HttpServer {
             .route("/kv/{consistency}/snapshot_read", post(kv_connect::snapshot_read))
             .route("/kv/{consistency}/atomic_write", post(kv_connect::atomic_write))
             .route("/kv/{consistency}/watch", post(watch::watch))
+            .route("/state/v1/{function}", post(state_api::call))
             .route("/health", get(metrics::health))
             .route("/ready", get(metrics::ready))
             .route("/metrics", get(metrics::metrics))

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -361,4 +362,36 @@ where
         assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// One HTTP/1.1 POST over a fresh connection: (status, body bytes).
+pub fn post_bytes(address: &str, path: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let authorization = token.map_or(String::new(), |token| format!("Authorization: Bearer {token}\r\n"));
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}Content-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).expect("write");
+    stream.write_all(body).expect("write");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("read");
+    let head_end = response
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .expect("a header end");
+    let head = String::from_utf8_lossy(&response[..head_end]);
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status line");
+    (status, response[head_end + 4..].to_vec())
+}
+
+/// One HTTP/1.1 POST over a fresh connection: (status, body text).
+pub fn post(address: &str, path: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> (u16, String) {
+    let (status, body) = post_bytes(address, path, token, content_type, body);
+    (status, String::from_utf8_lossy(&body).into_owned())
 }

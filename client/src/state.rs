@@ -1,0 +1,206 @@
+//! The State API: JSON values in scopes, with `set`, `get` and `delete`
+//! that answer the old and new values, atomic `update` ops applied best
+//! effort in one log entry, `list` of a scope's values and `list_groups` of
+//! the scopes that hold keys.
+//!
+//! A scope is the KV namespace `state:<scope>`, so state entries are
+//! ordinary entries: versioned, replicated, and in the change feed, where
+//! triggers find them.
+
+use serde_json::Value;
+
+use crate::error::LodeError;
+use crate::protocol::{Consistency, Operation, OperationResult, Query, QueryResult, ReadRequest, WriteRequest};
+use crate::sdk::{new_op_id, Client};
+
+pub use lode_types::state_update::{scope_namespace, UpdateOp, UpdateOpError, UpdatePath, SCOPE_NAMESPACE_PREFIX};
+
+/// What a `set` or an `update` did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateChange {
+    /// The value before (`null` when the key was absent).
+    pub old_value: Value,
+    /// The value after every op that applied.
+    pub new_value: Value,
+    /// The ops that failed and were skipped.
+    pub errors: Vec<UpdateOpError>,
+}
+
+/// A handle on the State API.
+#[derive(Clone, Debug)]
+pub struct State {
+    client: Client,
+}
+
+/// Checks a scope name: not empty, and short enough for its namespace.
+pub fn check_scope(scope: &str) -> Result<(), LodeError> {
+    if scope.is_empty() {
+        return Err(LodeError::Invalid("scope must not be empty".to_owned()));
+    }
+    crate::limits::check_namespace(&scope_namespace(scope))
+        .map_err(|message| LodeError::Invalid(message.replacen("namespace", "scope (with its state: prefix)", 1)))
+}
+
+fn check_key(key: &str) -> Result<(), LodeError> {
+    if key.is_empty() {
+        return Err(LodeError::Invalid("key must not be empty".to_owned()));
+    }
+    crate::limits::check_key(key.as_bytes()).map_err(LodeError::Invalid)
+}
+
+fn parse_json(what: &str, bytes: &[u8]) -> Result<Value, LodeError> {
+    serde_json::from_slice(bytes).map_err(|error| LodeError::Invalid(format!("{what} is not valid JSON: {error}")))
+}
+
+fn unexpected(what: &str, result: impl std::fmt::Debug) -> LodeError {
+    LodeError::Unavailable(format!("the server answered {what} with {result:?}"))
+}
+
+impl State {
+    pub(crate) fn new(client: Client) -> Self {
+        Self { client }
+    }
+
+    async fn write_one(&self, operation: Operation) -> Result<OperationResult, LodeError> {
+        let request = WriteRequest {
+            op_id: new_op_id(),
+            operations: vec![operation],
+        };
+        let mut results = self.client.write(request).await?.results;
+        match (results.pop(), results.is_empty()) {
+            (Some(result), true) => Ok(result),
+            _ => Err(LodeError::Unavailable(
+                "the server answered one operation with another number of results".to_owned(),
+            )),
+        }
+    }
+
+    /// Applies `ops` in order, in one log entry; failed ops are skipped and
+    /// reported, the rest apply.
+    pub async fn update(&self, scope: &str, key: &str, ops: &[UpdateOp]) -> Result<StateChange, LodeError> {
+        check_scope(scope)?;
+        check_key(key)?;
+        let ops_json = serde_json::to_vec(ops).map_err(|error| LodeError::Invalid(format!("ops: {error}")))?;
+        let operation = Operation::StateUpdate {
+            namespace: scope_namespace(scope),
+            key: key.as_bytes().to_vec(),
+            ops_json,
+        };
+        match self.write_one(operation).await? {
+            OperationResult::StateUpdated {
+                old_value,
+                new_value,
+                errors_json,
+                ..
+            } => Ok(StateChange {
+                old_value: match old_value {
+                    Some(bytes) => parse_json("the old value", &bytes)?,
+                    None => Value::Null,
+                },
+                new_value: parse_json("the new value", &new_value)?,
+                errors: serde_json::from_slice(&errors_json)
+                    .map_err(|error| LodeError::Invalid(format!("the update's errors do not decode: {error}")))?,
+            }),
+            other => Err(unexpected("a state update", other)),
+        }
+    }
+
+    /// Stores `value` (any JSON) under the key.
+    pub async fn set(&self, scope: &str, key: &str, value: Value) -> Result<StateChange, LodeError> {
+        self.update(scope, key, &[UpdateOp::Set { path: None, value }]).await
+    }
+
+    /// The value under the key, `null` when absent (linearizable).
+    pub async fn get(&self, scope: &str, key: &str) -> Result<Value, LodeError> {
+        check_scope(scope)?;
+        check_key(key)?;
+        let request = ReadRequest {
+            query: Query::Get {
+                namespace: scope_namespace(scope),
+                key: key.as_bytes().to_vec(),
+            },
+            consistency: Consistency::Linearizable,
+        };
+        match self.client.read(request).await?.result {
+            QueryResult::Entry(Some(entry)) => parse_json("the stored value", &entry.value),
+            QueryResult::Entry(None) => Ok(Value::Null),
+            other => Err(unexpected("a state get", other)),
+        }
+    }
+
+    /// Removes the key and answers the value it held (`null` when absent).
+    pub async fn delete(&self, scope: &str, key: &str) -> Result<Value, LodeError> {
+        check_scope(scope)?;
+        check_key(key)?;
+        let operation = Operation::Take {
+            namespace: scope_namespace(scope),
+            key: key.as_bytes().to_vec(),
+        };
+        match self.write_one(operation).await? {
+            OperationResult::Taken {
+                old_value: Some(bytes), ..
+            } => parse_json("the deleted value", &bytes),
+            OperationResult::Taken { old_value: None, .. } => Ok(Value::Null),
+            other => Err(unexpected("a state delete", other)),
+        }
+    }
+
+    /// Every value of the scope, in key order, read page by page.
+    pub async fn list(&self, scope: &str) -> Result<Vec<Value>, LodeError> {
+        check_scope(scope)?;
+        let mut values = Vec::new();
+        let mut after = None;
+        loop {
+            let request = ReadRequest {
+                query: Query::Scan {
+                    namespace: scope_namespace(scope),
+                    selector: crate::protocol::Selector::All,
+                    after: after.take(),
+                    limit: crate::limits::SCAN_PAGE_ENTRIES_MAX as u32,
+                },
+                consistency: Consistency::Linearizable,
+            };
+            match self.client.read(request).await?.result {
+                QueryResult::Page { entries, resume_after } => {
+                    for entry in entries {
+                        values.push(parse_json("a stored value", &entry.value)?);
+                    }
+                    match resume_after {
+                        Some(resume) => after = Some(resume),
+                        None => return Ok(values),
+                    }
+                }
+                other => return Err(unexpected("a state list", other)),
+            }
+        }
+    }
+
+    /// The scopes that hold at least one key, sorted and without repeats.
+    pub async fn list_groups(&self) -> Result<Vec<String>, LodeError> {
+        let request = ReadRequest {
+            query: Query::Namespaces {
+                prefix: SCOPE_NAMESPACE_PREFIX.to_owned(),
+            },
+            consistency: Consistency::Linearizable,
+        };
+        match self.client.read(request).await?.result {
+            QueryResult::Namespaces(names) => {
+                let mut scopes: Vec<String> = names
+                    .into_iter()
+                    .filter_map(|name| name.strip_prefix(SCOPE_NAMESPACE_PREFIX).map(str::to_owned))
+                    .collect();
+                scopes.sort();
+                scopes.dedup();
+                Ok(scopes)
+            }
+            other => Err(unexpected("list_groups", other)),
+        }
+    }
+}
+
+impl Client {
+    /// The State API.
+    pub fn state(&self) -> State {
+        State::new(self.clone())
+    }
+}

@@ -1,0 +1,158 @@
+//! The State API over HTTP: `POST /state/v1/<function>` with the seed's
+//! JSON parameters and results, so any language (or curl) can call it.
+//! Bearer token as for KV Connect.
+//!
+//! Results: `set` and `update` answer `{old_value, new_value}` (and
+//! `errors` when an op failed), `get` and `delete` the value itself (`null`
+//! when absent), `list` an array of values, `list_groups` `{groups}`.
+//! Failures answer `{"error": {"code", "message"}}` with the code of
+//! Lode's error kind.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use lode_client::state::UpdateOp;
+use lode_client::LodeError;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::kv_connect::authorize;
+use super::Gateway;
+
+fn answer(status: StatusCode, body: Value) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+fn refused(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    answer(status, json!({ "error": { "code": code, "message": message.into() } }))
+}
+
+fn failure(error: LodeError) -> Response {
+    let code = match &error {
+        LodeError::Invalid(_) => "invalid",
+        LodeError::NotFound(_) => "not_found",
+        LodeError::Unauthorized => "unauthorized",
+        LodeError::Timeout(_) => "timeout",
+        LodeError::AmbiguousMutation { .. } => "ambiguous_mutation",
+        _ => "unavailable",
+    };
+    let status = match code {
+        "invalid" => StatusCode::BAD_REQUEST,
+        "not_found" => StatusCode::NOT_FOUND,
+        "unauthorized" => StatusCode::UNAUTHORIZED,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    refused(status, code, error.to_string())
+}
+
+#[derive(Deserialize)]
+struct KeyParameters {
+    scope: String,
+    key: String,
+}
+
+#[derive(Deserialize)]
+struct SetParameters {
+    scope: String,
+    key: String,
+    value: Option<Value>,
+    /// The seed's backward-compatible alias of `value`.
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct UpdateParameters {
+    scope: String,
+    key: String,
+    ops: Vec<UpdateOp>,
+}
+
+#[derive(Deserialize)]
+struct ScopeParameters {
+    scope: String,
+}
+
+fn parameters<T: serde::de::DeserializeOwned>(function: &str, body: &[u8]) -> Result<T, LodeError> {
+    serde_json::from_slice(body).map_err(|error| LodeError::Invalid(format!("state::{function} parameters: {error}")))
+}
+
+fn change(change: lode_client::state::StateChange) -> Response {
+    let mut body = json!({ "old_value": change.old_value, "new_value": change.new_value });
+    if !change.errors.is_empty() {
+        body["errors"] = json!(change.errors);
+    }
+    answer(StatusCode::OK, body)
+}
+
+/// `POST /state/v1/{function}`.
+pub(super) async fn call(
+    State(gateway): State<Arc<Gateway>>,
+    Path(function): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(refusal) = authorize(&gateway, &headers) {
+        return refusal.into_response();
+    }
+    let state = gateway.cluster.state();
+    let result = match function.as_str() {
+        "set" => {
+            let call: SetParameters = match parameters("set", &body) {
+                Ok(call) => call,
+                Err(error) => return failure(error),
+            };
+            let Some(value) = call.value.or(call.data) else {
+                return refused(
+                    StatusCode::BAD_REQUEST,
+                    "invalid",
+                    "state::set needs `value` (or its alias `data`)",
+                );
+            };
+            state.set(&call.scope, &call.key, value).await.map(change)
+        }
+        "update" => {
+            let call: UpdateParameters = match parameters("update", &body) {
+                Ok(call) => call,
+                Err(error) => return failure(error),
+            };
+            state.update(&call.scope, &call.key, &call.ops).await.map(change)
+        }
+        "get" | "delete" => {
+            let call: KeyParameters = match parameters(&function, &body) {
+                Ok(call) => call,
+                Err(error) => return failure(error),
+            };
+            let value = if function == "get" {
+                state.get(&call.scope, &call.key).await
+            } else {
+                state.delete(&call.scope, &call.key).await
+            };
+            value.map(|value| answer(StatusCode::OK, value))
+        }
+        "list" => {
+            let call: ScopeParameters = match parameters("list", &body) {
+                Ok(call) => call,
+                Err(error) => return failure(error),
+            };
+            state
+                .list(&call.scope)
+                .await
+                .map(|values| answer(StatusCode::OK, Value::Array(values)))
+        }
+        "list_groups" => state
+            .list_groups()
+            .await
+            .map(|groups| answer(StatusCode::OK, json!({ "groups": groups }))),
+        other => {
+            return refused(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no function state::{other}; the functions are set, get, delete, update, list, list_groups"),
+            )
+        }
+    };
+    result.unwrap_or_else(failure)
+}
