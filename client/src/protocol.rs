@@ -96,6 +96,17 @@ pub enum Query {
     /// When the next queue message is due. Waits up to `wait_ms` for one
     /// to be due now before answering.
     NextDelivery { wait_ms: u64 },
+    /// State API change events (namespaces `state:<scope>`) after a change
+    /// log position that match `filter`, waiting up to `wait_ms` for one;
+    /// answered as `Changes`, whose `resume_after` passes over the events
+    /// the filter dropped.
+    StateEvents {
+        after_index: u64,
+        after_sequence: u32,
+        filter: StateEventFilter,
+        limit: u32,
+        wait_ms: u64,
+    },
 }
 
 /// The answer to a [`Query`], variant for variant.
@@ -220,6 +231,23 @@ impl Query {
                 }
                 Ok(())
             }
+            Query::StateEvents {
+                filter, limit, wait_ms, ..
+            } => {
+                use crate::limits::{CHANGES_PAGE_EVENTS_MAX, CHANGES_WAIT_MS_MAX};
+                filter.validate()?;
+                if *limit == 0 || *limit as usize > CHANGES_PAGE_EVENTS_MAX {
+                    return Err(format!(
+                        "limit must be 1 to changes_page_events_max = {CHANGES_PAGE_EVENTS_MAX}"
+                    ));
+                }
+                if *wait_ms > CHANGES_WAIT_MS_MAX {
+                    return Err(format!(
+                        "wait_ms is {wait_ms}, over the limit changes_wait_ms_max = {CHANGES_WAIT_MS_MAX}"
+                    ));
+                }
+                Ok(())
+            }
             Query::NextDelivery { wait_ms } => {
                 use crate::limits::CHANGES_WAIT_MS_MAX;
                 if *wait_ms > CHANGES_WAIT_MS_MAX {
@@ -243,6 +271,87 @@ impl Query {
                 Ok(())
             }
         }
+    }
+}
+
+/// Which State API changes a trigger receives; every field left empty
+/// matches everything. Judged on the server, so events that cannot match
+/// are never shipped.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateEventFilter {
+    /// Only this scope.
+    pub scope: Option<String>,
+    /// Only this key.
+    pub key: Option<String>,
+    /// Only these kinds of change (empty: all).
+    pub kinds: Vec<ChangeKind>,
+    /// Only changes where the JSON value at this pointer (RFC 6901, e.g.
+    /// `/email`) differs between the old and the new value.
+    pub changed_pointer: Option<String>,
+}
+
+impl StateEventFilter {
+    /// The change-log namespace prefix the filter reads.
+    pub fn namespace_prefix(&self) -> String {
+        match &self.scope {
+            Some(scope) => lode_types::state_update::scope_namespace(scope),
+            None => lode_types::state_update::SCOPE_NAMESPACE_PREFIX.to_owned(),
+        }
+    }
+
+    /// Checks the filter's fields against their limits.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(scope) = &self.scope {
+            crate::limits::check_namespace(&lode_types::state_update::scope_namespace(scope))
+                .map_err(|message| message.replacen("namespace", "scope", 1))?;
+        }
+        if let Some(key) = &self.key {
+            crate::limits::check_key(key.as_bytes())?;
+        }
+        if let Some(pointer) = &self.changed_pointer {
+            if !(pointer.is_empty() || pointer.starts_with('/')) || pointer.len() > crate::limits::KEY_BYTES_MAX {
+                return Err(format!(
+                    "changed_pointer must be a JSON pointer (empty or starting with '/') of at most {} bytes",
+                    crate::limits::KEY_BYTES_MAX
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a change event passes the filter.
+    pub fn matches(&self, event: &ChangeEvent) -> bool {
+        let Some(scope) = event
+            .namespace
+            .strip_prefix(lode_types::state_update::SCOPE_NAMESPACE_PREFIX)
+        else {
+            return false;
+        };
+        if self.scope.as_deref().is_some_and(|wanted| wanted != scope) {
+            return false;
+        }
+        if self
+            .key
+            .as_ref()
+            .is_some_and(|wanted| wanted.as_bytes() != event.key.as_slice())
+        {
+            return false;
+        }
+        if !self.kinds.is_empty() && !self.kinds.contains(&event.kind) {
+            return false;
+        }
+        if let Some(pointer) = &self.changed_pointer {
+            let at = |value: &Option<Vec<u8>>| {
+                value
+                    .as_deref()
+                    .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(bytes).ok())
+                    .and_then(|value| value.pointer(pointer).cloned())
+            };
+            if at(&event.old_value) == at(&event.new_value) {
+                return false;
+            }
+        }
+        true
     }
 }
 

@@ -204,3 +204,185 @@ impl Client {
         State::new(self.clone())
     }
 }
+
+/// One State API change as a trigger receives it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateEvent {
+    /// The change's place in the change feed; a trigger resumes after it.
+    pub position: (u64, u32),
+    /// `state:created`, `state:updated` or `state:deleted`.
+    pub event_type: &'static str,
+    pub scope: String,
+    pub key: String,
+    /// `null` for a created key.
+    pub old_value: Value,
+    /// `null` for a deleted key.
+    pub new_value: Value,
+}
+
+impl StateEvent {
+    /// The State seed's event payload:
+    /// `{type: "state", event_type, scope, key, old_value, new_value}`.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "type": "state",
+            "event_type": self.event_type,
+            "scope": self.scope,
+            "key": self.key,
+            "old_value": self.old_value,
+            "new_value": self.new_value,
+        })
+    }
+
+    fn from_change(event: crate::protocol::ChangeEvent) -> Option<Self> {
+        use crate::protocol::ChangeKind;
+        let scope = event.namespace.strip_prefix(SCOPE_NAMESPACE_PREFIX)?.to_owned();
+        let value = |bytes: Option<Vec<u8>>| {
+            bytes
+                .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+                .unwrap_or(Value::Null)
+        };
+        Some(Self {
+            position: event.position(),
+            event_type: match event.kind {
+                ChangeKind::Created => "state:created",
+                ChangeKind::Updated => "state:updated",
+                ChangeKind::Deleted => "state:deleted",
+            },
+            scope,
+            key: String::from_utf8_lossy(&event.key).into_owned(),
+            old_value: value(event.old_value),
+            new_value: value(event.new_value),
+        })
+    }
+}
+
+/// A worker-side condition: the event passes when it answers true (the
+/// State seed's `condition_function_id`).
+pub type Condition = std::sync::Arc<dyn Fn(&StateEvent) -> bool + Send + Sync>;
+
+/// Events per read of a trigger.
+const TRIGGER_EVENTS_PER_READ: u32 = 1000;
+/// How long one trigger read waits on the server, in milliseconds; below
+/// the SDK's default attempt timeout.
+const TRIGGER_WAIT_MS: u64 = 5_000;
+
+/// A trigger being built, then followed: State API changes in commit order,
+/// at least once, resumable from a position, with `compacted` (never a
+/// silent gap) when the position is older than the cluster retains.
+#[derive(Clone)]
+pub struct Trigger {
+    client: Client,
+    filter: crate::protocol::StateEventFilter,
+    after: (u64, u32),
+    condition: Option<Condition>,
+}
+
+impl std::fmt::Debug for Trigger {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Trigger")
+            .field("filter", &self.filter)
+            .field("after", &self.after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Trigger {
+    /// Only changes in this scope.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.filter.scope = Some(scope.into());
+        self
+    }
+
+    /// Only changes of this key.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.filter.key = Some(key.into());
+        self
+    }
+
+    /// Only these kinds of change.
+    pub fn kinds(mut self, kinds: Vec<crate::protocol::ChangeKind>) -> Self {
+        self.filter.kinds = kinds;
+        self
+    }
+
+    /// Only changes where the value at this JSON pointer (`/email`) differs
+    /// between old and new; judged by the server.
+    pub fn field_changed(mut self, pointer: impl Into<String>) -> Self {
+        self.filter.changed_pointer = Some(pointer.into());
+        self
+    }
+
+    /// Start after this position (a previous event's `position`); the
+    /// default starts at the oldest retained change.
+    pub fn after(mut self, position: (u64, u32)) -> Self {
+        self.after = position;
+        self
+    }
+
+    /// A condition the worker judges; events it rejects are skipped.
+    pub fn condition(mut self, condition: impl Fn(&StateEvent) -> bool + Send + Sync + 'static) -> Self {
+        self.condition = Some(std::sync::Arc::new(condition));
+        self
+    }
+
+    /// The position the next read continues after.
+    pub fn position(&self) -> (u64, u32) {
+        self.after
+    }
+
+    /// One read: the matching events after the current position (waiting
+    /// a while for some when there are none).
+    pub async fn next_batch(&mut self) -> Result<Vec<StateEvent>, LodeError> {
+        let request = ReadRequest {
+            query: Query::StateEvents {
+                after_index: self.after.0,
+                after_sequence: self.after.1,
+                filter: self.filter.clone(),
+                limit: TRIGGER_EVENTS_PER_READ,
+                wait_ms: TRIGGER_WAIT_MS,
+            },
+            consistency: Consistency::Eventual,
+        };
+        match self.client.read(request).await?.result {
+            QueryResult::Changes { events, resume_after } => {
+                self.after = resume_after.max(self.after);
+                Ok(events
+                    .into_iter()
+                    .filter_map(StateEvent::from_change)
+                    .filter(|event| self.condition.as_ref().is_none_or(|condition| condition(event)))
+                    .collect())
+            }
+            other => Err(unexpected("a trigger read", other)),
+        }
+    }
+
+    /// Every matching change, as an endless stream that ends only with an
+    /// error (`compacted`, or the SDK's retries running out).
+    pub fn stream(self) -> impl futures::Stream<Item = Result<StateEvent, LodeError>> {
+        futures::stream::try_unfold(
+            (self, std::collections::VecDeque::new()),
+            |(mut trigger, mut buffered)| async move {
+                loop {
+                    if let Some(event) = buffered.pop_front() {
+                        return Ok(Some((event, (trigger, buffered))));
+                    }
+                    buffered.extend(trigger.next_batch().await?);
+                }
+            },
+        )
+    }
+}
+
+impl State {
+    /// A trigger on every State API change (narrow it with its builders).
+    pub fn trigger(&self) -> Trigger {
+        Trigger {
+            client: self.client.clone(),
+            filter: crate::protocol::StateEventFilter::default(),
+            after: (0, 0),
+            condition: None,
+        }
+    }
+}

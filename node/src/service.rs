@@ -12,7 +12,8 @@ use lode_client::connection::CallFailure;
 use lode_client::error::LeaderHint;
 use lode_client::protocol::{
     ByteBuf, Capability, ClusterStatus, Consistency, EntryMeta, LeaseInfo, LodeService, LodeServiceClient,
-    MemberStatus, Query, QueryResult, RaftMessageKind, ReadRequest, ReadResponse, WriteRequest, WriteResponse,
+    MemberStatus, Query, QueryResult, RaftMessageKind, ReadRequest, ReadResponse, StateEventFilter, WriteRequest,
+    WriteResponse,
 };
 use lode_client::LodeError;
 use lode_raft_store::TypeConfig;
@@ -164,6 +165,12 @@ impl NodeService {
                 }
             }
             Query::Namespaces { prefix } => QueryResult::Namespaces(reader.namespaces(prefix, now_micros)?),
+            // Answered by `read_changes`, which waits; never from here.
+            Query::StateEvents { .. } => {
+                return Ok(Err(LodeError::Invalid(
+                    "state events are read through the change feed's wait".to_owned(),
+                )))
+            }
             Query::NextDelivery { .. } => QueryResult::NextDelivery {
                 due_at_micros: reader.next_queue_due_micros()?,
             },
@@ -227,27 +234,48 @@ impl NodeService {
         namespace_prefix: &str,
         limit: u32,
         wait_ms: u64,
+        filter: Option<&StateEventFilter>,
     ) -> Result<ReadResponse, LodeError> {
         let reader = &self.shared.reader;
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+        let mut cursor = after;
         loop {
             let position = reader.applied_index();
             let query = Query::Changes {
-                after_index: after.0,
-                after_sequence: after.1,
+                after_index: cursor.0,
+                after_sequence: cursor.1,
                 namespace_prefix: namespace_prefix.to_owned(),
                 limit,
                 wait_ms: 0,
             };
-            let result = self.answer(&query, self.shared.clock.now_micros())?;
+            let QueryResult::Changes {
+                mut events,
+                resume_after,
+            } = self.answer(&query, self.shared.clock.now_micros())?
+            else {
+                return Err(LodeError::Unavailable(
+                    "a change read answered something else".to_owned(),
+                ));
+            };
+            if let Some(filter) = filter {
+                events.retain(|event| filter.matches(event));
+            }
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let progressed = matches!(&result, QueryResult::Changes { events, resume_after }
-                if !events.is_empty() || *resume_after != after);
-            if progressed || remaining.is_zero() {
+            let progressed = resume_after != cursor;
+            cursor = resume_after.max(cursor);
+            // Without a filter an advanced position is worth answering; with
+            // one, only matching events are, or the deadline.
+            if !events.is_empty() || (progressed && filter.is_none()) || remaining.is_zero() {
+                let result = QueryResult::Changes {
+                    events,
+                    resume_after: cursor,
+                };
                 return Ok(ReadResponse { result, position });
             }
-            // Nothing new: wait for the next apply (or the deadline).
-            let _ = reader.wait_applied(position + 1, remaining).await;
+            if !progressed {
+                // Nothing new: wait for the next apply (or the deadline).
+                let _ = reader.wait_applied(position + 1, remaining).await;
+            }
         }
     }
 
@@ -302,7 +330,34 @@ impl NodeService {
                 self.wait_applied(position).await?;
             }
             return self
-                .read_changes((*after_index, *after_sequence), namespace_prefix, *limit, *wait_ms)
+                .read_changes(
+                    (*after_index, *after_sequence),
+                    namespace_prefix,
+                    *limit,
+                    *wait_ms,
+                    None,
+                )
+                .await;
+        }
+        if let Query::StateEvents {
+            after_index,
+            after_sequence,
+            filter,
+            limit,
+            wait_ms,
+        } = &request.query
+        {
+            if let Consistency::AtLeast(position) = request.consistency {
+                self.wait_applied(position).await?;
+            }
+            return self
+                .read_changes(
+                    (*after_index, *after_sequence),
+                    &filter.namespace_prefix(),
+                    *limit,
+                    *wait_ms,
+                    Some(filter),
+                )
                 .await;
         }
         if let Query::NextDelivery { wait_ms } = &request.query {

@@ -111,6 +111,7 @@ impl HttpServer {
             .route("/kv/{consistency}/snapshot_read", post(kv_connect::snapshot_read))
             .route("/kv/{consistency}/atomic_write", post(kv_connect::atomic_write))
             .route("/kv/{consistency}/watch", post(watch::watch))
+            .route("/state/v1/triggers", get(state_api::triggers))
             .route("/state/v1/{function}", post(state_api::call))
             .route("/health", get(metrics::health))
             .route("/ready", get(metrics::ready))

@@ -156,3 +156,133 @@ pub(super) async fn call(
     };
     result.unwrap_or_else(failure)
 }
+
+/// The query of `GET /state/v1/triggers`.
+#[derive(Deserialize)]
+pub(super) struct TriggerQuery {
+    scope: Option<String>,
+    key: Option<String>,
+    /// Comma-separated `created`, `updated`, `deleted`.
+    kinds: Option<String>,
+    /// A JSON pointer whose value must differ between old and new.
+    changed: Option<String>,
+    /// `INDEX.SEQUENCE` to resume after (or the `Last-Event-ID` header).
+    after: Option<String>,
+}
+
+/// How long a trigger stream may stay silent before a keepalive comment.
+const TRIGGER_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
+fn parse_position(text: &str) -> Result<(u64, u32), LodeError> {
+    let invalid = || LodeError::Invalid(format!("position {text:?} is not INDEX.SEQUENCE"));
+    let (index, sequence) = text.split_once('.').ok_or_else(invalid)?;
+    Ok((
+        index.parse().map_err(|_| invalid())?,
+        sequence.parse().map_err(|_| invalid())?,
+    ))
+}
+
+/// `GET /state/v1/triggers`: State API changes as server-sent events
+/// (`id` is the position to resume after, `data` the seed's event
+/// payload), from this member's change feed.
+pub(super) async fn triggers(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    axum::extract::Query(query): axum::extract::Query<TriggerQuery>,
+) -> Response {
+    use lode_client::protocol::ChangeKind;
+    if let Err(refusal) = authorize(&gateway, &headers) {
+        return refusal.into_response();
+    }
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+        .or(query.after);
+    let after = match resume.as_deref().map(parse_position).transpose() {
+        Ok(after) => after.unwrap_or((0, 0)),
+        Err(error) => return failure(error),
+    };
+    let mut kinds = Vec::new();
+    for kind in query
+        .kinds
+        .as_deref()
+        .unwrap_or_default()
+        .split(',')
+        .filter(|kind| !kind.is_empty())
+    {
+        kinds.push(match kind {
+            "created" => ChangeKind::Created,
+            "updated" => ChangeKind::Updated,
+            "deleted" => ChangeKind::Deleted,
+            other => {
+                return failure(LodeError::Invalid(format!(
+                    "kinds holds {other:?}; use created, updated, deleted"
+                )))
+            }
+        });
+    }
+    let mut trigger = gateway.local.state().trigger().after(after).kinds(kinds);
+    if let Some(scope) = query.scope {
+        trigger = trigger.scope(scope);
+    }
+    if let Some(key) = query.key {
+        trigger = trigger.key(key);
+    }
+    if let Some(pointer) = query.changed {
+        trigger = trigger.field_changed(pointer);
+    }
+    let stopping = gateway.stopping.clone();
+    let frames = futures::stream::unfold(
+        (trigger, stopping, false),
+        |(mut trigger, mut stopping, ended)| async move {
+            if ended {
+                return None;
+            }
+            let batch = tokio::select! {
+                biased;
+                _ = stopping.wait_for(|stop| *stop) => return None,
+                batch = tokio::time::timeout(TRIGGER_KEEPALIVE, trigger.next_batch()) => batch,
+            };
+            let (text, ended) = match batch {
+                Err(_) => (": keepalive\n\n".to_owned(), false),
+                Ok(Ok(events)) => (
+                    events
+                        .iter()
+                        .map(|event| {
+                            format!(
+                                "id: {}.{}\nevent: state\ndata: {}\n\n",
+                                event.position.0,
+                                event.position.1,
+                                event.to_json()
+                            )
+                        })
+                        .collect::<String>(),
+                    false,
+                ),
+                Ok(Err(error)) => {
+                    let code = if error.is_compacted() {
+                        "compacted"
+                    } else {
+                        "unavailable"
+                    };
+                    let data = json!({ "code": code, "message": error.to_string() });
+                    (format!("event: error\ndata: {data}\n\n"), true)
+                }
+            };
+            Some((
+                Ok::<_, std::convert::Infallible>(Bytes::from(text)),
+                (trigger, stopping, ended),
+            ))
+        },
+    );
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        axum::body::Body::from_stream(frames),
+    )
+        .into_response()
+}
