@@ -212,41 +212,19 @@ impl Query {
                 wait_ms,
                 ..
             } => {
-                use crate::limits::{CHANGES_PAGE_EVENTS_MAX, CHANGES_WAIT_MS_MAX};
                 if namespace_prefix.len() > NAMESPACE_BYTES_MAX {
                     return Err(format!(
                         "namespace_prefix is {} bytes, over the limit namespace_bytes_max = {NAMESPACE_BYTES_MAX}",
                         namespace_prefix.len()
                     ));
                 }
-                if *limit == 0 || *limit as usize > CHANGES_PAGE_EVENTS_MAX {
-                    return Err(format!(
-                        "limit must be 1 to changes_page_events_max = {CHANGES_PAGE_EVENTS_MAX}"
-                    ));
-                }
-                if *wait_ms > CHANGES_WAIT_MS_MAX {
-                    return Err(format!(
-                        "wait_ms is {wait_ms}, over the limit changes_wait_ms_max = {CHANGES_WAIT_MS_MAX}"
-                    ));
-                }
-                Ok(())
+                check_change_page(*limit, *wait_ms)
             }
             Query::StateEvents {
                 filter, limit, wait_ms, ..
             } => {
-                use crate::limits::{CHANGES_PAGE_EVENTS_MAX, CHANGES_WAIT_MS_MAX};
                 filter.validate()?;
-                if *limit == 0 || *limit as usize > CHANGES_PAGE_EVENTS_MAX {
-                    return Err(format!(
-                        "limit must be 1 to changes_page_events_max = {CHANGES_PAGE_EVENTS_MAX}"
-                    ));
-                }
-                if *wait_ms > CHANGES_WAIT_MS_MAX {
-                    return Err(format!(
-                        "wait_ms is {wait_ms}, over the limit changes_wait_ms_max = {CHANGES_WAIT_MS_MAX}"
-                    ));
-                }
-                Ok(())
+                check_change_page(*limit, *wait_ms)
             }
             Query::NextDelivery { wait_ms } => {
                 use crate::limits::CHANGES_WAIT_MS_MAX;
@@ -272,6 +250,22 @@ impl Query {
             }
         }
     }
+}
+
+/// Checks the page size and the wait of a change read.
+fn check_change_page(limit: u32, wait_ms: u64) -> Result<(), String> {
+    use crate::limits::{CHANGES_PAGE_EVENTS_MAX, CHANGES_WAIT_MS_MAX};
+    if limit == 0 || limit as usize > CHANGES_PAGE_EVENTS_MAX {
+        return Err(format!(
+            "limit must be 1 to changes_page_events_max = {CHANGES_PAGE_EVENTS_MAX}"
+        ));
+    }
+    if wait_ms > CHANGES_WAIT_MS_MAX {
+        return Err(format!(
+            "wait_ms is {wait_ms}, over the limit changes_wait_ms_max = {CHANGES_WAIT_MS_MAX}"
+        ));
+    }
+    Ok(())
 }
 
 /// Which State API changes a trigger receives; every field left empty

@@ -318,46 +318,42 @@ impl NodeService {
 
     async fn read_request(&self, request: ReadRequest) -> Result<ReadResponse, LodeError> {
         request.query.validate().map_err(LodeError::Invalid)?;
-        if let Query::Changes {
-            after_index,
-            after_sequence,
-            namespace_prefix,
-            limit,
-            wait_ms,
-        } = &request.query
-        {
+        // Change reads wait for applies; both kinds share one loop.
+        let change_read = match &request.query {
+            Query::Changes {
+                after_index,
+                after_sequence,
+                namespace_prefix,
+                limit,
+                wait_ms,
+            } => Some((
+                (*after_index, *after_sequence),
+                namespace_prefix.clone(),
+                *limit,
+                *wait_ms,
+                None,
+            )),
+            Query::StateEvents {
+                after_index,
+                after_sequence,
+                filter,
+                limit,
+                wait_ms,
+            } => Some((
+                (*after_index, *after_sequence),
+                filter.namespace_prefix(),
+                *limit,
+                *wait_ms,
+                Some(filter),
+            )),
+            _ => None,
+        };
+        if let Some((after, namespace_prefix, limit, wait_ms, filter)) = change_read {
             if let Consistency::AtLeast(position) = request.consistency {
                 self.wait_applied(position).await?;
             }
             return self
-                .read_changes(
-                    (*after_index, *after_sequence),
-                    namespace_prefix,
-                    *limit,
-                    *wait_ms,
-                    None,
-                )
-                .await;
-        }
-        if let Query::StateEvents {
-            after_index,
-            after_sequence,
-            filter,
-            limit,
-            wait_ms,
-        } = &request.query
-        {
-            if let Consistency::AtLeast(position) = request.consistency {
-                self.wait_applied(position).await?;
-            }
-            return self
-                .read_changes(
-                    (*after_index, *after_sequence),
-                    &filter.namespace_prefix(),
-                    *limit,
-                    *wait_ms,
-                    Some(filter),
-                )
+                .read_changes(after, &namespace_prefix, limit, wait_ms, filter)
                 .await;
         }
         if let Query::NextDelivery { wait_ms } = &request.query {
