@@ -40,11 +40,10 @@ pub struct Kv {
 /// Checks every operation's limits before anything is sent. Sweeps are
 /// the leader's own and never come from a client.
 pub(crate) fn validate_operations(operations: &[Operation]) -> Result<(), LodeError> {
-    if operations
-        .iter()
-        .any(|operation| matches!(operation, Operation::SweepExpired { .. }))
-    {
-        return Err(LodeError::Invalid("operations must not hold a sweep".to_owned()));
+    if operations.iter().any(Operation::is_leader_only) {
+        return Err(LodeError::Invalid(
+            "operations must not hold a sweep or a requeue (the leader proposes those)".to_owned(),
+        ));
     }
     lode_types::validate_write(operations).map_err(LodeError::Invalid)
 }

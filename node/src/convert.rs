@@ -33,12 +33,7 @@ pub fn cap_lease_ttls(command: &mut Command, ttl_micros_max: u64) {
 /// Checks a client's write: its limits, and that it holds no operation only
 /// the leader may propose.
 pub fn validate_client_write(request: &wire::WriteRequest) -> Result<(), LodeError> {
-    if request.operations.iter().any(|operation| {
-        matches!(
-            operation,
-            wire::Operation::SweepExpired { .. } | wire::Operation::RequeueOverdue { .. }
-        )
-    }) {
+    if request.operations.iter().any(wire::Operation::is_leader_only) {
         return Err(LodeError::Invalid(
             "operations must not hold a sweep or a requeue (the leader proposes those)".to_owned(),
         ));

@@ -57,6 +57,17 @@ fn id_from_bytes(bytes: &[u8]) -> Option<MessageId> {
     Some(MessageId { index, sequence })
 }
 
+/// The time and id of a stored `ready` or `overdue` key.
+fn split_timed_key(stored_key: &[u8]) -> Result<(u64, MessageId), EngineError> {
+    let (_, suffix) =
+        keys::split_entry_key(stored_key).ok_or_else(|| EngineError::corrupt("queue key", "no namespace"))?;
+    let at = suffix.get(..8).and_then(|bytes| <[u8; 8]>::try_from(bytes).ok());
+    match (at, suffix.get(8..).and_then(id_from_bytes)) {
+        (Some(at), Some(id)) => Ok((u64::from_be_bytes(at), id)),
+        _ => Err(EngineError::corrupt("queue key", "shorter than 20 bytes")),
+    }
+}
+
 fn timed_key(namespace: &str, at_micros: u64, id: MessageId) -> Vec<u8> {
     let mut key = at_micros.to_be_bytes().to_vec();
     key.extend_from_slice(&id_bytes(id));
@@ -105,8 +116,8 @@ pub(crate) fn enqueue<E: Engine>(
     Ok(id)
 }
 
-/// The stored keys of a namespace from `start` on (before `end`), in order,
-/// as this entry sees them: the engine's, with this entry's own writes.
+/// The first present entry of a namespace before `end_key`, as this entry
+/// sees it: the engine's keys and this entry's own writes, in order.
 fn first_present<E: Engine>(
     overlay: &mut Overlay<'_, E>,
     namespace: &str,
@@ -143,12 +154,7 @@ pub(crate) fn claim<E: Engine>(
     let Some((ready_key, entry)) = first_present(overlay, READY, &due_end)? else {
         return Ok(None);
     };
-    let (_, suffix) =
-        keys::split_entry_key(&ready_key).ok_or_else(|| EngineError::corrupt("queue key", "no namespace"))?;
-    let id = suffix
-        .get(8..)
-        .and_then(id_from_bytes)
-        .ok_or_else(|| EngineError::corrupt("queue key", "shorter than 20 bytes"))?;
+    let (_, id) = split_timed_key(&ready_key)?;
     let mut message: StoredMessage = decode("queue message", &entry.value)?;
     message.deliveries = message.deliveries.saturating_add(1);
     let visible_again_at = now_micros.saturating_add(u64::from(visibility_ms) * 1000);
@@ -258,12 +264,7 @@ pub(crate) fn requeue_overdue<E: Engine>(
         .scan(Space::Entries, &start, Some(&end), messages_max as usize)?;
     let mut requeued = 0;
     for (overdue_key, _) in overdue {
-        let (_, suffix) =
-            keys::split_entry_key(&overdue_key).ok_or_else(|| EngineError::corrupt("queue key", "no namespace"))?;
-        let id = suffix
-            .get(8..)
-            .and_then(id_from_bytes)
-            .ok_or_else(|| EngineError::corrupt("queue key", "shorter than 20 bytes"))?;
+        let (_, id) = split_timed_key(&overdue_key)?;
         if finish(overlay, batch, id, None, false, now_micros, source)? != FinishedAs::NotClaimed {
             requeued += 1;
         }
@@ -278,15 +279,7 @@ pub fn next_due_micros<E: Engine>(engine: &E) -> Result<Option<u64>, EngineError
     let first = engine.scan(Space::Entries, &start, end.as_deref(), 1)?;
     first
         .first()
-        .map(|(key, _)| {
-            let (_, suffix) =
-                keys::split_entry_key(key).ok_or_else(|| EngineError::corrupt("queue key", "no namespace"))?;
-            let at = suffix
-                .get(..8)
-                .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
-                .ok_or_else(|| EngineError::corrupt("queue key", "shorter than 8 bytes"))?;
-            Ok(u64::from_be_bytes(at))
-        })
+        .map(|(key, _)| split_timed_key(key).map(|(at, _)| at))
         .transpose()
 }
 

@@ -561,6 +561,12 @@ pub enum OperationResult {
 }
 
 impl Operation {
+    /// Operations only the leader proposes (sweeps of expired entries,
+    /// requeues of overdue deliveries); a client's write may not hold one.
+    pub fn is_leader_only(&self) -> bool {
+        matches!(self, Operation::SweepExpired { .. } | Operation::RequeueOverdue { .. })
+    }
+
     /// The session a write names, if any.
     pub fn session(&self) -> Option<&SessionLink> {
         match self {
