@@ -1,19 +1,18 @@
-//! One reconnecting tarpc connection to one node.
+//! One reconnecting connection to one node.
 //!
-//! Timeouts are enforced here with `tokio::time::timeout`, never with tarpc
-//! deadlines (those use the real clock, which simulation cannot control), and
-//! a connection is dropped after any transport error or timeout so the next
-//! call dials afresh.
+//! Timeouts are enforced here with `tokio::time::timeout` (`rpc` arms no
+//! timer of its own), and a connection is dropped after any transport error
+//! or timeout so the next call dials afresh.
 
 use std::future::Future;
 use std::time::Duration;
 
-use tarpc::tokio_serde::formats::Bincode;
-use tarpc::tokio_util::codec::length_delimited::LengthDelimitedCodec;
 use tokio::sync::Mutex;
+use tokio_util::codec::length_delimited::LengthDelimitedCodec;
 
 use crate::error::LodeError;
-use crate::protocol::LodeServiceClient;
+use crate::protocol::ServiceClient;
+use crate::rpc;
 
 /// Largest frame on the wire, in bytes: room for a Raft append of
 /// `raft_payload_entries_max` entries of `proposal_bytes_max` each (lode-node)
@@ -21,31 +20,28 @@ use crate::protocol::LodeServiceClient;
 pub const FRAME_BYTES_MAX: usize = 80 << 20;
 
 /// The length-delimited codec every Lode connection uses, client or server.
-pub fn codec() -> tarpc::tokio_util::codec::length_delimited::Builder {
+pub fn codec() -> tokio_util::codec::length_delimited::Builder {
     let mut builder = LengthDelimitedCodec::builder();
     builder.max_frame_length(FRAME_BYTES_MAX);
     builder
 }
 
-/// A request context whose tarpc deadline never decides anything: our own
-/// timeouts do.
+/// The context the service's generated client methods take. `rpc` does not
+/// send it: nothing on the wire is timed.
 pub fn context() -> tarpc::context::Context {
-    let mut context = tarpc::context::current();
-    context.deadline = std::time::Instant::now() + Duration::from_secs(24 * 3600);
-    context
+    tarpc::context::current()
 }
 
-/// Dials `address` and starts a tarpc client on the connection.
-pub async fn dial(address: &str) -> std::io::Result<LodeServiceClient> {
+/// Dials `address` and starts a client channel on the connection.
+pub async fn dial(address: &str) -> std::io::Result<ServiceClient> {
     let stream = crate::facade::connect(address).await?;
-    let transport = tarpc::serde_transport::new(codec().new_framed(stream), Bincode::default());
-    Ok(LodeServiceClient::new(tarpc::client::Config::default(), transport).spawn())
+    Ok(ServiceClient::from(rpc::Channel::spawn(stream)))
 }
 
 /// A lazily dialed connection that redials after failures.
 pub struct Connection {
     address: String,
-    client: Mutex<Option<LodeServiceClient>>,
+    client: Mutex<Option<ServiceClient>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -89,7 +85,7 @@ impl Connection {
         &self.address
     }
 
-    async fn client(&self, timeout: Duration) -> Result<LodeServiceClient, CallFailure> {
+    async fn client(&self, timeout: Duration) -> Result<ServiceClient, CallFailure> {
         let mut guard = self.client.lock().await;
         if let Some(client) = guard.as_ref() {
             return Ok(client.clone());
@@ -111,7 +107,7 @@ impl Connection {
     /// the connection.
     pub async fn call<T, F, Fut>(&self, timeout: Duration, call: F) -> Result<Result<T, LodeError>, CallFailure>
     where
-        F: FnOnce(LodeServiceClient, tarpc::context::Context) -> Fut,
+        F: FnOnce(ServiceClient, tarpc::context::Context) -> Fut,
         Fut: Future<Output = Result<Result<T, LodeError>, tarpc::client::RpcError>>,
     {
         let client = self.client(timeout).await?;

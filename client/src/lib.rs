@@ -1,5 +1,6 @@
-//! Lode's client side: the wire protocol every node serves (one tarpc
-//! service, its request, response and error types) and the async Rust SDK.
+//! Lode's client side: the wire protocol every node serves (one service,
+//! its request, response and error types, and the `rpc` framing that
+//! carries them) and the async Rust SDK.
 //!
 //! This crate depends on neither RocksDB nor openraft, so an application
 //! that only talks to a cluster compiles no C++. Raft's own messages travel
@@ -15,6 +16,7 @@ pub mod kv;
 pub mod limits;
 pub mod protocol;
 pub mod queue;
+pub mod rpc;
 pub mod sdk;
 pub mod state;
 pub mod state_store;

@@ -1,5 +1,6 @@
-//! The wire protocol: one tarpc service that every node serves on its one
-//! listen address, to clients and to peers alike.
+//! The wire protocol: one service that every node serves on its one listen
+//! address, to clients and to peers alike. tarpc's macro declares it; the
+//! `rpc` module carries its requests and answers.
 
 use serde::{Deserialize, Serialize};
 pub use serde_bytes::ByteBuf;
@@ -452,3 +453,6 @@ pub trait LodeService {
     /// A Raft message from a peer, answered with openraft's response bytes.
     async fn raft(kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError>;
 }
+
+/// The service's client over one `rpc` connection.
+pub type ServiceClient = LodeServiceClient<crate::rpc::Channel<LodeServiceRequest, LodeServiceResponse>>;

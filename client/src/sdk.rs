@@ -13,8 +13,8 @@ use crate::connection::{CallFailure, Connection};
 use crate::error::{LodeError, MutationRecovery};
 use crate::kv::Kv;
 use crate::protocol::{
-    Capability, ClusterStatus, Consistency, LodeServiceClient, Query, QueryResult, ReadRequest, ReadResponse,
-    SessionLink, WriteRequest, WriteResponse,
+    Capability, ClusterStatus, Consistency, Query, QueryResult, ReadRequest, ReadResponse, ServiceClient, SessionLink,
+    WriteRequest, WriteResponse,
 };
 
 /// Keys per page when `session_keys` walks a session's writes.
@@ -280,7 +280,7 @@ impl Client {
     /// ends with `ambiguous_mutation` if no later attempt settles it.
     pub(crate) async fn send<T, F, Fut>(&self, op_id: Option<u128>, call: F) -> Result<T, LodeError>
     where
-        F: Fn(LodeServiceClient, tarpc::context::Context) -> Fut,
+        F: Fn(ServiceClient, tarpc::context::Context) -> Fut,
         Fut: Future<Output = Result<Result<T, LodeError>, tarpc::client::RpcError>>,
     {
         let options = &self.inner.options;

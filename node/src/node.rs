@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use lode_client::connection::codec;
+use lode_client::connection;
 use lode_client::facade::Listener;
-use lode_client::protocol::LodeService;
+use lode_client::protocol::{LodeService, LodeServiceRequest, LodeServiceResponse};
+use lode_client::rpc;
 use lode_client::Client;
 use lode_raft_store::command::{Command, CommandV1, Operation, Retention};
 use lode_raft_store::limits::SWEEP_ENTRIES_MAX;
@@ -17,8 +17,6 @@ use lode_raft_store::{
     LogStore, MemoryEngine, RocksEngine, SelectedEngine, StateMachineStore, StateReader, TypeConfig,
 };
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
-use tarpc::server::{BaseChannel, Channel};
-use tarpc::tokio_serde::formats::Bincode;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -273,21 +271,24 @@ async fn serve(listener: Box<dyn Listener>, shared: Arc<Shared>, mut stop: watch
                 continue;
             }
         };
-        let transport = tarpc::serde_transport::new(codec().new_framed(stream), Bincode::default());
-        let service = NodeService { shared: shared.clone() };
+        let service = NodeService { shared: shared.clone() }.serve();
+        let handler: rpc::Handler<LodeServiceRequest, LodeServiceResponse> = Arc::new(move |request| {
+            let service = service.clone();
+            Box::pin(async move {
+                tarpc::server::Serve::serve(service, connection::context(), request)
+                    .await
+                    .map_err(|error| error.detail)
+            })
+        });
         let mut stop_connection = stop.clone();
-        // Both spawns keep the node's span, so every request logs its node id.
+        // Both the connection and each call keep the node's span, so every
+        // request logs its node id.
         let connection = async move {
-            let requests = BaseChannel::with_defaults(transport)
-                .execute(service.serve())
-                .for_each(|request| async {
-                    tokio::spawn(request.in_current_span());
-                });
-            // A malformed frame ends this connection's stream; the node and
-            // every other connection carry on.
+            // A malformed frame ends this connection; the node and every
+            // other connection carry on.
             tokio::select! {
                 biased;
-                _ = requests => {}
+                _ = rpc::serve_connection(stream, handler) => {}
                 _ = stop_connection.changed() => {}
             }
         };

@@ -11,8 +11,8 @@ use std::time::Duration;
 use lode_client::connection::CallFailure;
 use lode_client::error::LeaderHint;
 use lode_client::protocol::{
-    ByteBuf, Capability, ClusterStatus, Consistency, EntryMeta, LeaseInfo, LodeService, LodeServiceClient,
-    MemberStatus, Query, QueryResult, RaftMessageKind, ReadRequest, ReadResponse, StateEventFilter, WriteRequest,
+    ByteBuf, Capability, ClusterStatus, Consistency, EntryMeta, LeaseInfo, LodeService, MemberStatus, Query,
+    QueryResult, RaftMessageKind, ReadRequest, ReadResponse, ServiceClient, StateEventFilter, WriteRequest,
     WriteResponse,
 };
 use lode_client::LodeError;
@@ -67,7 +67,7 @@ impl NodeService {
     /// hint so the SDK can go there itself.
     async fn forward<T, F, Fut>(&self, hint: LeaderHint, call: F) -> Result<T, LodeError>
     where
-        F: FnOnce(LodeServiceClient, Context) -> Fut,
+        F: FnOnce(ServiceClient, Context) -> Fut,
         Fut: Future<Output = Result<Result<T, LodeError>, tarpc::client::RpcError>>,
     {
         let connection = self.shared.peers.get(&hint.address);
@@ -510,12 +510,12 @@ impl NodeService {
 }
 
 impl NodeService {
-    /// The span of one client request: which call, its trace id, and the term
-    /// this node was in when it arrived (the node id comes from the
-    /// connection's span).
-    fn request_span(&self, method: &'static str, context: &Context) -> tracing::Span {
+    /// The span of one client request: which call, and the term this node
+    /// was in when it arrived (the node id comes from the connection's
+    /// span).
+    fn request_span(&self, method: &'static str) -> tracing::Span {
         let term = self.shared.raft.metrics().borrow().current_term;
-        tracing::info_span!("request", method, trace = %context.trace_id(), term)
+        tracing::info_span!("request", method, term)
     }
 
     async fn write_request(self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
@@ -577,21 +577,21 @@ impl NodeService {
 /// Each call holds `in_flight` while it runs, so shutdown can wait for it,
 /// and runs inside its request span.
 impl LodeService for NodeService {
-    async fn write(self, context: Context, request: WriteRequest) -> Result<WriteResponse, LodeError> {
+    async fn write(self, _context: Context, request: WriteRequest) -> Result<WriteResponse, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
-        let span = self.request_span("write", &context);
+        let span = self.request_span("write");
         self.write_request(request).instrument(span).await
     }
 
-    async fn read(self, context: Context, request: ReadRequest) -> Result<ReadResponse, LodeError> {
+    async fn read(self, _context: Context, request: ReadRequest) -> Result<ReadResponse, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
-        let span = self.request_span("read", &context);
+        let span = self.request_span("read");
         async move { self.read_request(request).await }.instrument(span).await
     }
 
-    async fn cluster_status(self, context: Context) -> Result<ClusterStatus, LodeError> {
+    async fn cluster_status(self, _context: Context) -> Result<ClusterStatus, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
-        let span = self.request_span("cluster_status", &context);
+        let span = self.request_span("cluster_status");
         self.leader_status().instrument(span).await
     }
 
@@ -603,15 +603,15 @@ impl LodeService for NodeService {
         Ok(self.local_status())
     }
 
-    async fn add_member(self, context: Context, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
+    async fn add_member(self, _context: Context, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
-        let span = self.request_span("add_member", &context);
+        let span = self.request_span("add_member");
         self.add_member_request(id, address).instrument(span).await
     }
 
-    async fn remove_member(self, context: Context, id: u64) -> Result<ClusterStatus, LodeError> {
+    async fn remove_member(self, _context: Context, id: u64) -> Result<ClusterStatus, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
-        let span = self.request_span("remove_member", &context);
+        let span = self.request_span("remove_member");
         self.remove_member_request(id).instrument(span).await
     }
 

@@ -1,0 +1,219 @@
+//! The client end of a connection: callers hand requests to a writer task
+//! and wait on their own one-shot answer; a reader task matches answers to
+//! callers by id.
+//!
+//! Waiting callers are kept in id order (a `BTreeMap`), and when the
+//! connection ends they are all failed at once, in that order, so a
+//! simulated run wakes them the same way every time.
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::{SinkExt, StreamExt};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tarpc::client::RpcError;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::bytes::Bytes;
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tracing::Instrument;
+
+use super::{decode, encode, ClientFrame, ServerFrame, CALLS_QUEUED_PER_CHANNEL_MAX};
+use crate::connection::codec;
+use crate::facade::ByteStream;
+
+type Waiter<Response> = oneshot::Sender<Result<Response, RpcError>>;
+
+struct Shared<Response> {
+    waiting: Mutex<BTreeMap<u64, Waiter<Response>>>,
+    /// Set once the connection has ended: new calls fail at once.
+    ended: AtomicBool,
+    next_id: AtomicU64,
+}
+
+impl<Response> Shared<Response> {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Waiter<Response>>> {
+        // A panic while holding this lock leaves the map consistent (every
+        // operation on it is one insert or remove), so poisoning is ignored.
+        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Fails every waiting caller: the connection is gone.
+    fn end(&self) {
+        self.ended.store(true, Ordering::SeqCst);
+        let waiting = std::mem::take(&mut *self.waiting());
+        for (_, waiter) in waiting {
+            let _ = waiter.send(Err(RpcError::Shutdown));
+        }
+    }
+}
+
+/// A client channel over one connection. Clones share the connection;
+/// dropping the last clone closes it.
+pub struct Channel<Request, Response> {
+    outgoing: mpsc::Sender<ClientFrame<Request>>,
+    shared: Arc<Shared<Response>>,
+    types: PhantomData<fn(Request) -> Response>,
+}
+
+impl<Request, Response> Clone for Channel<Request, Response> {
+    fn clone(&self) -> Self {
+        Channel {
+            outgoing: self.outgoing.clone(),
+            shared: self.shared.clone(),
+            types: PhantomData,
+        }
+    }
+}
+
+impl<Request, Response> std::fmt::Debug for Channel<Request, Response> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Channel")
+            .field("ended", &self.shared.ended.load(Ordering::SeqCst))
+            .finish()
+    }
+}
+
+impl<Request, Response> Channel<Request, Response>
+where
+    Request: Serialize + Send + 'static,
+    Response: DeserializeOwned + Send + 'static,
+{
+    /// Starts the channel's writer and reader tasks on `stream`.
+    pub fn spawn(stream: Box<dyn ByteStream>) -> Self {
+        let (read_half, write_half) = tokio::io::split(stream);
+        let (outgoing, requests) = mpsc::channel(CALLS_QUEUED_PER_CHANNEL_MAX);
+        let shared = Arc::new(Shared {
+            waiting: Mutex::new(BTreeMap::new()),
+            ended: AtomicBool::new(false),
+            next_id: AtomicU64::new(0),
+        });
+        tokio::spawn(write_requests(write_half, requests, shared.clone()).in_current_span());
+        tokio::spawn(read_answers(read_half, shared.clone()).in_current_span());
+        Channel {
+            outgoing,
+            shared,
+            types: PhantomData,
+        }
+    }
+
+    /// Sends `request` and waits for its answer. Dropping the returned
+    /// future before the answer cancels the request on the server.
+    pub async fn call(&self, request: Request) -> Result<Response, RpcError> {
+        if self.shared.ended.load(Ordering::SeqCst) {
+            return Err(RpcError::Shutdown);
+        }
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (waiter, answer) = oneshot::channel();
+        self.shared.waiting().insert(id, waiter);
+        // The reader may have ended (and failed every waiter) between the
+        // check above and the insert.
+        if self.shared.ended.load(Ordering::SeqCst) {
+            self.shared.waiting().remove(&id);
+            return Err(RpcError::Shutdown);
+        }
+        let mut pending = PendingCall {
+            id,
+            outgoing: &self.outgoing,
+            shared: &self.shared,
+            answered: false,
+        };
+        if self.outgoing.send(ClientFrame::Call { id, request }).await.is_err() {
+            pending.answered = true;
+            self.shared.waiting().remove(&id);
+            return Err(RpcError::Shutdown);
+        }
+        let answer = answer.await;
+        pending.answered = true;
+        // A dropped waiter means the reader ended between our insert and
+        // its final sweep.
+        answer.unwrap_or(Err(RpcError::Shutdown))
+    }
+}
+
+impl<Request, Response> tarpc::client::stub::Stub for Channel<Request, Response>
+where
+    Request: tarpc::RequestName + Serialize + Send + 'static,
+    Response: DeserializeOwned + Send + 'static,
+{
+    type Req = Request;
+    type Resp = Response;
+
+    /// The context is not sent: callers time out with `tokio::time`.
+    async fn call(&self, _context: tarpc::context::Context, request: Request) -> Result<Response, RpcError> {
+        Channel::call(self, request).await
+    }
+}
+
+/// Cancels its call on the server if dropped before the answer came.
+struct PendingCall<'a, Request, Response> {
+    id: u64,
+    outgoing: &'a mpsc::Sender<ClientFrame<Request>>,
+    shared: &'a Shared<Response>,
+    answered: bool,
+}
+
+impl<Request, Response> Drop for PendingCall<'_, Request, Response> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        if self.shared.waiting().remove(&self.id).is_some() {
+            // Best effort: with the queue full the server finishes the
+            // request and its answer is discarded on arrival.
+            let _ = self.outgoing.try_send(ClientFrame::Cancel { id: self.id });
+        }
+    }
+}
+
+async fn write_requests<Request: Serialize, Response>(
+    write_half: tokio::io::WriteHalf<Box<dyn ByteStream>>,
+    mut requests: mpsc::Receiver<ClientFrame<Request>>,
+    shared: Arc<Shared<Response>>,
+) {
+    let mut frames = FramedWrite::new(write_half, codec().new_codec());
+    while let Some(frame) = requests.recv().await {
+        let written = match encode(&frame) {
+            Ok(bytes) => frames.send(Bytes::from(bytes)).await.map_err(|error| error.to_string()),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
+            tracing::debug!(%error, "a connection failed while writing; its calls fail");
+            shared.end();
+            return;
+        }
+    }
+    // Every clone of the channel is gone: tell the server we are done.
+    let _ = SinkExt::<Bytes>::close(&mut frames).await;
+}
+
+async fn read_answers<Response: DeserializeOwned>(
+    read_half: tokio::io::ReadHalf<Box<dyn ByteStream>>,
+    shared: Arc<Shared<Response>>,
+) {
+    let mut frames = FramedRead::new(read_half, codec().new_codec());
+    while let Some(frame) = frames.next().await {
+        let answer = match frame.map_err(|error| error.to_string()) {
+            Ok(bytes) => decode::<ServerFrame<Response>>(&bytes),
+            Err(error) => Err(error),
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(error) => {
+                tracing::debug!(%error, "a connection failed while reading; its calls fail");
+                break;
+            }
+        };
+        // An answer to a cancelled call finds no waiter and is dropped.
+        if let Some(waiter) = shared.waiting().remove(&answer.id) {
+            let outcome = answer
+                .outcome
+                .map_err(|detail| RpcError::Server(tarpc::ServerError::new(std::io::ErrorKind::Other, detail)));
+            let _ = waiter.send(outcome);
+        }
+    }
+    shared.end();
+}

@@ -1,0 +1,124 @@
+//! The server end of a connection: each call runs as its own task, answers
+//! are written in the order they finish, and a cancel or the end of the
+//! connection aborts the calls still running.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{SinkExt, StreamExt};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+use tokio_util::bytes::Bytes;
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tracing::Instrument;
+
+use super::{decode, encode, ClientFrame, ServerFrame, REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX};
+use crate::connection::codec;
+use crate::facade::ByteStream;
+
+/// Runs one request to its answer, or to a refusal the caller receives as
+/// a server error.
+pub type Handler<Request, Response> =
+    Arc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Result<Response, String>> + Send>> + Send + Sync>;
+
+/// Calls still running, aborted when the connection ends (or its future
+/// is dropped).
+#[derive(Default)]
+struct Running(BTreeMap<u64, AbortHandle>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for handle in self.0.values() {
+            handle.abort();
+        }
+    }
+}
+
+/// Serves calls on `stream` until the client closes it, a frame fails to
+/// decode, or writing fails.
+pub async fn serve_connection<Request, Response>(stream: Box<dyn ByteStream>, handler: Handler<Request, Response>)
+where
+    Request: DeserializeOwned + Send + 'static,
+    Response: Serialize + Send + 'static,
+{
+    let (read_half, write_half) = tokio::io::split(stream);
+    let mut incoming = FramedRead::new(read_half, codec().new_codec());
+    let mut outgoing = FramedWrite::new(write_half, codec().new_codec());
+    // Every running call sends exactly one completion, so this capacity
+    // never makes a call wait.
+    let (finished, mut completions) =
+        mpsc::channel::<(u64, Result<Response, String>)>(REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX);
+    let mut running = Running::default();
+    loop {
+        let answer = tokio::select! {
+            biased;
+            Some((id, outcome)) = completions.recv() => {
+                // A call cancelled after it finished has no one to answer.
+                if running.0.remove(&id).is_none() {
+                    continue;
+                }
+                ServerFrame { id, outcome }
+            }
+            frame = incoming.next() => {
+                let frame = match frame {
+                    None => return,
+                    Some(frame) => frame.map_err(|error| error.to_string()).and_then(|bytes| decode::<ClientFrame<Request>>(&bytes)),
+                };
+                match frame {
+                    Err(error) => {
+                        tracing::debug!(%error, "ending a connection that sent a malformed frame");
+                        return;
+                    }
+                    Ok(ClientFrame::Cancel { id }) => {
+                        if let Some(handle) = running.0.remove(&id) {
+                            handle.abort();
+                        }
+                        continue;
+                    }
+                    Ok(ClientFrame::Call { id, request }) => {
+                        if running.0.contains_key(&id) {
+                            tracing::debug!(id, "ending a connection that reused a running call's id");
+                            return;
+                        }
+                        if running.0.len() >= REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX {
+                            ServerFrame {
+                                id,
+                                outcome: Err(format!(
+                                    "too many calls running on this connection \
+                                     (requests_in_flight_per_connection_max = {REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX})"
+                                )),
+                            }
+                        } else {
+                            let call = handler(request);
+                            let finished = finished.clone();
+                            let task = tokio::spawn(
+                                async move {
+                                    let outcome = call.await;
+                                    let _ = finished.send((id, outcome)).await;
+                                }
+                                .in_current_span(),
+                            );
+                            running.0.insert(id, task.abort_handle());
+                            continue;
+                        }
+                    }
+                }
+            }
+        };
+        let written = match encode(&answer) {
+            Ok(bytes) => outgoing
+                .send(Bytes::from(bytes))
+                .await
+                .map_err(|error| error.to_string()),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
+            tracing::debug!(%error, "ending a connection that could not be written");
+            return;
+        }
+    }
+}

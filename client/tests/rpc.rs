@@ -1,0 +1,279 @@
+//! The `rpc` framing over real TCP on 127.0.0.1: answers find their calls
+//! whatever order they finish in, a dropped call is cancelled on the
+//! server, a lost connection fails the calls waiting on it, a malformed
+//! frame ends only its connection, and the in-flight limit is named.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lode_client::facade::ByteStream;
+use lode_client::rpc::{self, Channel, Handler, REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX};
+use tarpc::client::RpcError;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
+
+/// Long enough for anything these tests wait on to happen many times over.
+const WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// Sent by the test handler when a call's work is dropped before finishing.
+struct DroppedReport {
+    request: String,
+    sender: mpsc::UnboundedSender<String>,
+    finished: bool,
+}
+
+impl Drop for DroppedReport {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.sender.send(self.request.clone());
+        }
+    }
+}
+
+/// A handler that reports each call as it starts, answers `echo:<text>` at
+/// once, holds `wait:<text>` until a `release` call arrives, never finishes
+/// `hang:<text>`, and refuses anything else.
+fn handler(dropped: mpsc::UnboundedSender<String>, started: mpsc::UnboundedSender<String>) -> Handler<String, String> {
+    let release = Arc::new(Notify::new());
+    Arc::new(move |request: String| {
+        let release = release.clone();
+        let _ = started.send(request.clone());
+        let report = DroppedReport {
+            request: request.clone(),
+            sender: dropped.clone(),
+            finished: false,
+        };
+        Box::pin(async move {
+            // Moved whole into the call's future, so it drops with it.
+            let mut report = report;
+            let answer = if let Some(text) = request.strip_prefix("echo:") {
+                Ok(text.to_owned())
+            } else if let Some(text) = request.strip_prefix("wait:") {
+                release.notified().await;
+                Ok(text.to_owned())
+            } else if request == "release" {
+                release.notify_one();
+                Ok("released".to_owned())
+            } else if request.starts_with("hang:") {
+                std::future::pending::<()>().await;
+                Ok(String::new())
+            } else {
+                Err(format!("unknown request {request:?}"))
+            };
+            report.finished = true;
+            answer
+        })
+    })
+}
+
+struct Server {
+    address: String,
+    connections: JoinHandle<()>,
+    /// One message per connection that ended, and one per call dropped
+    /// unfinished.
+    ended: mpsc::UnboundedReceiver<()>,
+    dropped: mpsc::UnboundedReceiver<String>,
+    started: mpsc::UnboundedReceiver<String>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.connections.abort();
+    }
+}
+
+async fn start_server() -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding 127.0.0.1:0");
+    let address = listener.local_addr().expect("listener address").to_string();
+    let (dropped_sender, dropped) = mpsc::unbounded_channel();
+    let (ended_sender, ended) = mpsc::unbounded_channel();
+    let (started_sender, started) = mpsc::unbounded_channel();
+    let connections = tokio::spawn(async move {
+        let mut served = tokio::task::JoinSet::new();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let handler = handler(dropped_sender.clone(), started_sender.clone());
+            let ended = ended_sender.clone();
+            served.spawn(async move {
+                rpc::serve_connection(Box::new(stream) as Box<dyn ByteStream>, handler).await;
+                let _ = ended.send(());
+            });
+        }
+    });
+    Server {
+        address,
+        connections,
+        ended,
+        dropped,
+        started,
+    }
+}
+
+async fn connect(address: &str) -> Channel<String, String> {
+    let stream = TcpStream::connect(address)
+        .await
+        .expect("connecting to the test server");
+    Channel::spawn(Box::new(stream))
+}
+
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(WAIT_MAX, future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+#[tokio::test]
+async fn answers_reach_their_calls_in_any_order() {
+    let mut server = start_server().await;
+    let channel = connect(&server.address).await;
+    assert_eq!(channel.call("echo:one".to_owned()).await.expect("echo"), "one");
+
+    // The first call can only finish after the second: one connection
+    // carries both at once.
+    let waiting = tokio::spawn({
+        let channel = channel.clone();
+        async move { channel.call("wait:first".to_owned()).await }
+    });
+    loop {
+        let started = within("the waiting call to start", server.started.recv()).await;
+        if started.as_deref() == Some("wait:first") {
+            break;
+        }
+    }
+    assert_eq!(channel.call("release".to_owned()).await.expect("release"), "released");
+    let first = within("the waiting call", waiting).await.expect("task");
+    assert_eq!(first.expect("the waiting call's answer"), "first");
+
+    let refused = channel.call("refuse".to_owned()).await;
+    match refused {
+        Err(RpcError::Server(error)) => assert!(error.detail.contains("unknown request"), "{error:?}"),
+        other => panic!("expected a server error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_dropped_call_is_cancelled_on_the_server() {
+    let mut server = start_server().await;
+    let channel = connect(&server.address).await;
+    let call = channel.call("hang:slow".to_owned());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), call).await.is_err(),
+        "a hanging call answered"
+    );
+    let dropped = within("the server to drop the cancelled call", server.dropped.recv()).await;
+    assert_eq!(dropped.as_deref(), Some("hang:slow"));
+    // The connection carries on.
+    assert_eq!(channel.call("echo:after".to_owned()).await.expect("echo"), "after");
+}
+
+#[tokio::test]
+async fn a_lost_connection_fails_waiting_calls_and_later_ones() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding 127.0.0.1:0");
+    let address = listener.local_addr().expect("address").to_string();
+    let (dropped_sender, mut dropped) = mpsc::unbounded_channel();
+    let (started_sender, _started) = mpsc::unbounded_channel();
+    let serving = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.expect("accept");
+        rpc::serve_connection(
+            Box::new(stream) as Box<dyn ByteStream>,
+            handler(dropped_sender, started_sender),
+        )
+        .await;
+    });
+    let channel = connect(&address).await;
+    let waiting = tokio::spawn({
+        let channel = channel.clone();
+        async move { channel.call("hang:forever".to_owned()).await }
+    });
+    // Wait until the call runs on the server, then kill the server's side.
+    assert_eq!(channel.call("echo:ready".to_owned()).await.expect("echo"), "ready");
+    serving.abort();
+    let outcome = within("the waiting call to fail", waiting).await.expect("task");
+    assert!(matches!(outcome, Err(RpcError::Shutdown)), "{outcome:?}");
+    assert_eq!(
+        within("the aborted call's report", dropped.recv()).await.as_deref(),
+        Some("hang:forever")
+    );
+    let later = within("a later call to fail", channel.call("echo:late".to_owned())).await;
+    assert!(matches!(later, Err(RpcError::Shutdown)), "{later:?}");
+}
+
+#[tokio::test]
+async fn a_malformed_frame_ends_only_its_connection() {
+    let mut server = start_server().await;
+    let healthy = connect(&server.address).await;
+
+    let mut raw = TcpStream::connect(&server.address).await.expect("connect");
+    // A frame of four bytes that are no `ClientFrame`.
+    raw.write_all(&[0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff])
+        .await
+        .expect("write");
+    let mut buffer = [0u8; 16];
+    let read = within("the server to close the connection", raw.read(&mut buffer)).await;
+    assert_eq!(read.expect("read"), 0, "the connection stayed open");
+    within("the connection to end", server.ended.recv()).await;
+
+    // A frame that claims more than the frame limit ends its connection too.
+    let mut raw = TcpStream::connect(&server.address).await.expect("connect");
+    raw.write_all(&u32::MAX.to_be_bytes()).await.expect("write");
+    let read = within("the server to close the connection", raw.read(&mut buffer)).await;
+    assert_eq!(read.expect("read"), 0, "the connection stayed open");
+
+    assert_eq!(healthy.call("echo:still".to_owned()).await.expect("echo"), "still");
+}
+
+#[tokio::test]
+async fn calls_over_the_in_flight_limit_are_refused_by_name() {
+    let mut server = start_server().await;
+    let channel = connect(&server.address).await;
+    let mut hanging = Vec::new();
+    for index in 0..REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX {
+        let channel = channel.clone();
+        hanging.push(tokio::spawn(async move { channel.call(format!("hang:{index}")).await }));
+    }
+    for _ in 0..REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX {
+        within("the hanging calls to start", server.started.recv()).await;
+    }
+    let refused = within("the call over the limit", channel.call("echo:over".to_owned())).await;
+    match refused {
+        Err(RpcError::Server(error)) => assert!(
+            error.detail.contains(&format!(
+                "requests_in_flight_per_connection_max = {REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX}"
+            )),
+            "{error:?}"
+        ),
+        other => panic!("expected a refusal naming the limit, got {other:?}"),
+    }
+    for call in &hanging {
+        assert!(!call.is_finished(), "a call within the limit finished");
+    }
+    // Cancelling one frees a place.
+    hanging.pop().expect("a hanging call").abort();
+    let mut answered = None;
+    for _ in 0..1000 {
+        match channel.call("echo:room".to_owned()).await {
+            Ok(answer) => {
+                answered = Some(answer);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+    assert_eq!(answered.as_deref(), Some("room"));
+}
+
+#[tokio::test]
+async fn dropping_the_last_channel_closes_the_connection() {
+    let mut server = start_server().await;
+    let channel = connect(&server.address).await;
+    assert_eq!(channel.call("echo:x".to_owned()).await.expect("echo"), "x");
+    let clone = channel.clone();
+    drop(channel);
+    assert_eq!(clone.call("echo:y".to_owned()).await.expect("echo"), "y");
+    drop(clone);
+    within("the server to see the connection end", server.ended.recv()).await;
+}
