@@ -19,6 +19,7 @@ pub mod history;
 mod logging;
 pub mod scenario;
 pub mod simulation;
+pub mod step_trace;
 pub mod trace;
 pub mod workload;
 
@@ -26,7 +27,7 @@ use std::time::Duration;
 
 pub use history::History;
 pub use scenario::{FaultMix, Scenario};
-pub use simulation::{run, ReplicaState, RunReport, Violation};
+pub use simulation::{run, run_traced, ReplicaState, RunReport, Violation};
 
 /// Simulated time since the run began, as the current host sees it.
 pub fn now() -> Duration {

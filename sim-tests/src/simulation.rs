@@ -20,6 +20,7 @@ use crate::checkers;
 use crate::environment;
 use crate::history::{self, Call, History, Outcome, SharedHistory};
 use crate::scenario::{Fault, Scenario, LIVENESS_BOUND};
+use crate::step_trace::StepTrace;
 use crate::trace::Fnv;
 use crate::workload::{self, KvClientPlan, LockClientPlan, NAMESPACE};
 
@@ -113,6 +114,11 @@ struct Verification {
 
 /// Runs `scenario` and checks its history.
 pub fn run(scenario: &Scenario) -> RunReport {
+    run_traced(scenario, None)
+}
+
+/// Runs `scenario`, fingerprinting every step into `steps` when given.
+pub fn run_traced(scenario: &Scenario, steps: Option<&mut StepTrace>) -> RunReport {
     environment::install();
     crate::logging::init();
     lode_raft_store::runtime::seed_thread_rng(scenario.seed);
@@ -121,12 +127,12 @@ pub fn run(scenario: &Scenario) -> RunReport {
     for bug in &scenario.bugs {
         injected_bugs::enable(*bug);
     }
-    let report = run_enabled(scenario);
+    let report = run_enabled(scenario, steps);
     injected_bugs::disable_all();
     report
 }
 
-fn run_enabled(scenario: &Scenario) -> RunReport {
+fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunReport {
     let mut sim = turmoil::Builder::new()
         .simulation_duration(scenario.workload + SETTLE_TIME_MAX + Duration::from_secs(30))
         .tick_duration(Duration::from_millis(1))
@@ -300,6 +306,9 @@ fn run_enabled(scenario: &Scenario) -> RunReport {
                 });
                 break;
             }
+        }
+        if let Some(steps) = steps.as_deref_mut() {
+            steps.record(&sim, &history.borrow());
         }
         let now = sim.elapsed();
         while faults.front().is_some_and(|(at, _)| *at <= now) {
