@@ -25,14 +25,19 @@ pub enum InjectedBug {
     /// entry later (a lagging follower, a restarted member replaying its
     /// log) judge it differently from the leader.
     LeaseJudgedByLocalClock,
+    /// The leader's sweep of claims whose visibility ran out drops the
+    /// messages instead of counting the delivery as failed, so a consumer
+    /// that died mid-delivery loses its message.
+    DropOverdueClaims,
 }
 
 impl InjectedBug {
-    pub const ALL: [InjectedBug; 4] = [
+    pub const ALL: [InjectedBug; 5] = [
         InjectedBug::StaleLeaderReads,
         InjectedBug::AcknowledgeBeforeSync,
         InjectedBug::SkipDedup,
         InjectedBug::LeaseJudgedByLocalClock,
+        InjectedBug::DropOverdueClaims,
     ];
 
     fn bit(self) -> u8 {
@@ -41,6 +46,7 @@ impl InjectedBug {
             InjectedBug::AcknowledgeBeforeSync => 2,
             InjectedBug::SkipDedup => 4,
             InjectedBug::LeaseJudgedByLocalClock => 8,
+            InjectedBug::DropOverdueClaims => 16,
         }
     }
 }

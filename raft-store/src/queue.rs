@@ -265,7 +265,8 @@ pub(crate) fn requeue_overdue<E: Engine>(
     let mut requeued = 0;
     for (overdue_key, _) in overdue {
         let (_, id) = split_timed_key(&overdue_key)?;
-        if finish(overlay, batch, id, None, false, now_micros, source)? != FinishedAs::NotClaimed {
+        let dropped = crate::injected_bugs::enabled(crate::injected_bugs::InjectedBug::DropOverdueClaims);
+        if finish(overlay, batch, id, None, dropped, now_micros, source)? != FinishedAs::NotClaimed {
             requeued += 1;
         }
     }

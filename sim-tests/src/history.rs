@@ -101,12 +101,55 @@ pub struct FencedWrite {
     pub outcome: Outcome,
 }
 
+/// How a queue call ended, as far as its caller knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Known {
+    Acknowledged,
+    /// Certainly not applied.
+    Refused,
+    /// May or may not have been applied.
+    Unknown,
+}
+
+/// What queue clients did and saw; payloads name messages (each is unique).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueEvent {
+    /// Recorded when the enqueue is sent (as `Unknown`), and updated when
+    /// its answer comes: a consumer may claim the message before that.
+    Enqueued { payload: String, known: Known },
+    /// A consumer received this delivery of the message from a claim sent
+    /// at `invoked` (the answer may come late: the claim was granted
+    /// between the two).
+    Claimed {
+        payload: String,
+        attempt: u32,
+        invoked: Tick,
+    },
+    /// A consumer ended a delivery; `answer` is the cluster's, when it came
+    /// (at `completed`).
+    Finished {
+        completed: Tick,
+        payload: String,
+        attempt: u32,
+        delivered: bool,
+        answer: Option<lode_client::queue::FinishedAs>,
+    },
+    /// Read at the end of the run: whether the message's undelivered key
+    /// holds its payload.
+    DeadLetter { payload: String, written: bool },
+    /// Claimed at the end of the run, after consumers had drained the
+    /// queue: a message that was still there.
+    Leftover { payload: String },
+}
+
 /// Everything recorded during one run.
 #[derive(Clone, Debug, Default)]
 pub struct History {
     pub operations: Vec<Operation>,
     pub grants: Vec<Grant>,
     pub fenced_writes: Vec<FencedWrite>,
+    /// Queue events in the order they happened.
+    pub queue: Vec<QueueEvent>,
     pub(crate) next_tick: Tick,
 }
 
@@ -142,6 +185,20 @@ pub fn invoke(history: &SharedHistory, client: usize, call: Call) -> usize {
         outcome: Outcome::Unknown,
     });
     history.operations.len() - 1
+}
+
+/// Records a queue event; returns its slot.
+pub fn record_queue(history: &SharedHistory, event: QueueEvent) -> usize {
+    let mut history = history.borrow_mut();
+    history.queue.push(event);
+    history.queue.len() - 1
+}
+
+/// Records the answer to the enqueue recorded in `slot`.
+pub fn answer_enqueue(history: &SharedHistory, slot: usize, answer: Known) {
+    if let Some(QueueEvent::Enqueued { known, .. }) = history.borrow_mut().queue.get_mut(slot) {
+        *known = answer;
+    }
 }
 
 /// Records how the operation in `slot` ended.

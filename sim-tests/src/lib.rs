@@ -17,6 +17,7 @@ pub mod checkers;
 pub mod environment;
 pub mod history;
 mod logging;
+pub mod queue_workload;
 pub mod scenario;
 pub mod simulation;
 pub mod step_trace;

@@ -123,6 +123,8 @@ pub struct Scenario {
     pub spare: Option<u64>,
     pub kv_clients: usize,
     pub lock_clients: usize,
+    /// Queue producers and consumers (as many of each).
+    pub queue_clients: usize,
     pub keys: usize,
     pub lease_ttl: Duration,
     /// Each member's clock offset (index: id − 1): members' clocks
@@ -166,8 +168,12 @@ impl Scenario {
             workload,
             faults: Vec::new(),
             bugs: Vec::new(),
+            queue_clients: 0,
         };
         scenario.faults = scenario.schedule(&mut random);
+        // Drawn last, so the draws above (and the seeds' earlier scenarios)
+        // are unchanged.
+        scenario.queue_clients = random.gen_range(1..=2);
         scenario
     }
 

@@ -18,7 +18,8 @@ use openraft::{Raft, ServerState};
 
 use crate::checkers;
 use crate::environment;
-use crate::history::{self, Call, History, Outcome, SharedHistory};
+use crate::history::{self, Call, History, Known, Outcome, QueueEvent, SharedHistory};
+use crate::queue_workload::{self, QueuePlan};
 use crate::scenario::{Fault, Scenario, LIVENESS_BOUND};
 use crate::step_trace::StepTrace;
 use crate::trace::Fnv;
@@ -30,6 +31,9 @@ pub const PORT: u16 = 7000;
 pub const VERIFIER: usize = 1000;
 /// Watchers are clients `WATCHER_FIRST + member id`.
 pub const WATCHER_FIRST: usize = 200;
+/// Queue producers and consumers are clients from these numbers on.
+pub const QUEUE_PRODUCER_FIRST: usize = 300;
+pub const QUEUE_CONSUMER_FIRST: usize = 400;
 /// How long after the workload the run may take before it counts as stuck.
 pub const SETTLE_TIME_MAX: Duration = Duration::from_secs(60);
 
@@ -247,6 +251,27 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         });
     }
 
+    for index in 0..scenario.queue_clients {
+        for (role, first) in [("p", QUEUE_PRODUCER_FIRST), ("q", QUEUE_CONSUMER_FIRST)] {
+            let client = first + index;
+            let plan = QueuePlan {
+                client,
+                seed: scenario.seed.wrapping_mul(43).wrapping_add(client as u64),
+                until: scenario.workload,
+            };
+            let (endpoints, history, finished) = (endpoints.clone(), history.clone(), finished_clients.clone());
+            sim.client(format!("{role}{index}"), async move {
+                if role == "p" {
+                    queue_workload::run_producer(plan, endpoints, history).await;
+                } else {
+                    queue_workload::run_consumer(plan, endpoints, history).await;
+                }
+                *finished.borrow_mut() += 1;
+                Ok(())
+            });
+        }
+    }
+
     let operator_queue: Rc<RefCell<VecDeque<Fault>>> = Rc::new(RefCell::new(VecDeque::new()));
     {
         let (queue, endpoints, until) = (operator_queue.clone(), endpoints.clone(), scenario.workload);
@@ -257,6 +282,9 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
     host_names.extend((0..scenario.kv_clients).map(|client| format!("c{client}")));
     host_names.extend((1..=scenario.members).map(|id| format!("w{id}")));
     host_names.extend((0..scenario.lock_clients).map(|index| format!("l{index}")));
+    for index in 0..scenario.queue_clients {
+        host_names.extend([format!("p{index}"), format!("q{index}")]);
+    }
     host_names.extend(["operator".to_owned(), "verifier".to_owned()]);
     let verification = Rc::new(RefCell::new(Verification::default()));
     {
@@ -264,7 +292,10 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
             endpoints: endpoints.clone(),
             history: history.clone(),
             members: members.clone(),
-            clients: scenario.kv_clients + scenario.members as usize + scenario.lock_clients,
+            clients: scenario.kv_clients
+                + scenario.members as usize
+                + scenario.lock_clients
+                + 2 * scenario.queue_clients,
             finished_clients: finished_clients.clone(),
             keys: scenario.keys,
             healed_at: scenario.workload,
@@ -341,6 +372,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
     digest.write_debug(&history.operations);
     digest.write_debug(&history.grants);
     digest.write_debug(&history.fenced_writes);
+    digest.write_debug(&history.queue);
     digest.write_debug(&driver.applied);
     for replica in &verification.replicas {
         digest.write_debug(&(replica.id, replica.applied_index, replica.digest));
@@ -612,9 +644,52 @@ async fn verify(context: VerifierContext) -> turmoil::Result {
         };
         history::complete(&context.history, slot, outcome);
     }
+    if let Err(problem) = final_queue_state(&client, &context.history).await {
+        context.problem("liveness", problem);
+        return Ok(());
+    }
     context.verification.borrow_mut().done = true;
     Ok(())
 }
+
+/// Records, for every message that may have been enqueued, whether its
+/// undelivered key holds it, and claims whatever is still in the queue.
+async fn final_queue_state(client: &Client, history: &SharedHistory) -> Result<(), String> {
+    let payloads: Vec<String> = history
+        .borrow()
+        .queue
+        .iter()
+        .filter_map(|event| match event {
+            QueueEvent::Enqueued { payload, known } if *known != Known::Refused => Some(payload.clone()),
+            _ => None,
+        })
+        .collect();
+    let dead_letters = client.kv(lode_types::DENO_NAMESPACE);
+    for payload in payloads {
+        let key = queue_workload::undelivered_key(&payload);
+        let stored = dead_letters
+            .get(&key)
+            .await
+            .map_err(|error| format!("the final read of {key:?} failed: {error}"))?;
+        let written = stored.is_some_and(|value| value == payload.as_bytes());
+        let _ = history::record_queue(history, QueueEvent::DeadLetter { payload, written });
+    }
+    let queue = client.queue();
+    for _ in 0..LEFTOVERS_READ_MAX {
+        match queue.claim().await {
+            Ok(Some(delivery)) => {
+                let payload = String::from_utf8_lossy(&delivery.payload).into_owned();
+                let _ = history::record_queue(history, QueueEvent::Leftover { payload });
+            }
+            Ok(None) => return Ok(()),
+            Err(error) => return Err(format!("the final claim failed: {error}")),
+        }
+    }
+    Ok(())
+}
+
+/// Messages the verifier claims at most when looking for leftovers.
+const LEFTOVERS_READ_MAX: usize = 100;
 
 /// Waits until every voter runs and has applied the same index, twice in a
 /// row; returns the voters.

@@ -5,9 +5,10 @@
 //! Every replay also records a step trace; when two replays differ, the
 //! failure names the first simulation step at which they did and shows the
 //! messages in flight and turmoil's events around it.
-//! `LODE_SIM_REPLAYS=N` replays each seed N times instead of twice (a soak
-//! for nondeterminism; divergences that need hundreds of replays to show
-//! have happened).
+//! `LODE_SIM_REPLAYS=N` replays each seed N times instead of twice, and
+//! `LODE_SIM_SEEDS=N` (from `LODE_SIM_FIRST_SEED`) replays N seeds per mix
+//! instead of 7 and 8: soaks for nondeterminism, which has taken hundreds
+//! of replays to show.
 
 use lode_sim_tests::step_trace::{capture_network_events, StepTrace};
 use lode_sim_tests::{run_traced, FaultMix, RunReport, Scenario};
@@ -18,6 +19,17 @@ fn replays() -> usize {
         .and_then(|count| count.parse().ok())
         .unwrap_or(2)
         .max(2)
+}
+
+fn seeds() -> std::ops::Range<u64> {
+    let variable = |name: &str| std::env::var(name).ok().and_then(|value| value.parse::<u64>().ok());
+    match variable("LODE_SIM_SEEDS") {
+        Some(count) => {
+            let first = variable("LODE_SIM_FIRST_SEED").unwrap_or(0);
+            first..first + count
+        }
+        None => 7..9,
+    }
 }
 
 fn traced(scenario: &Scenario) -> (StepTrace, RunReport) {
@@ -31,7 +43,7 @@ fn one_seed_replays_to_the_same_trace() {
     let _capture = capture_network_events();
     let mut distinct = std::collections::BTreeSet::new();
     for mix in FaultMix::ALL {
-        for seed in [7, 8] {
+        for seed in seeds() {
             let scenario = Scenario::new(seed, mix);
             let (first_steps, first) = traced(&scenario);
             assert!(first.violations.is_empty(), "{:#?}", first.violations);
@@ -50,7 +62,7 @@ fn one_seed_replays_to_the_same_trace() {
     }
     assert_eq!(
         distinct.len(),
-        2 * FaultMix::ALL.len(),
+        seeds().count() * FaultMix::ALL.len(),
         "different seeds gave the same trace"
     );
 }

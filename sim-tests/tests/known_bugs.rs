@@ -47,3 +47,8 @@ fn apply_skipping_the_dedup_table_is_caught() {
 fn leases_judged_by_the_local_clock_are_caught() {
     caught(InjectedBug::LeaseJudgedByLocalClock, FaultMix::Crashes);
 }
+
+#[test]
+fn overdue_claims_dropped_instead_of_retried_are_caught() {
+    caught(InjectedBug::DropOverdueClaims, FaultMix::Network);
+}

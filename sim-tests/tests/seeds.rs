@@ -29,6 +29,8 @@ fn run_mix(mix: FaultMix) {
     let mut operations = 0;
     let mut unknown = 0;
     let mut faults = 0;
+    let mut messages = 0;
+    let mut deliveries = 0;
     let mut recoveries = Vec::new();
     let seeds = seed_window();
     for seed in seeds.clone() {
@@ -41,6 +43,13 @@ fn run_mix(mix: FaultMix) {
             .filter(|operation| operation.outcome == lode_sim_tests::history::Outcome::Unknown)
             .count();
         faults += report.faults_applied.len();
+        for event in &report.history.queue {
+            match event {
+                lode_sim_tests::history::QueueEvent::Enqueued { .. } => messages += 1,
+                lode_sim_tests::history::QueueEvent::Claimed { .. } => deliveries += 1,
+                _ => {}
+            }
+        }
         recoveries.extend(report.recovery);
         if !report.violations.is_empty() {
             eprintln!("seed {seed} ({mix}) failed: {:#?}", report.violations);
@@ -56,7 +65,8 @@ fn run_mix(mix: FaultMix) {
             .unwrap_or_default()
     };
     eprintln!(
-        "{mix}: {} seeds, {operations} operations ({unknown} with unknown outcome), {faults} faults, \
+        "{mix}: {} seeds, {operations} operations ({unknown} with unknown outcome), {messages} queue messages \
+         ({deliveries} deliveries), {faults} faults, \
          first write after the heal: p50 {:?}, p99 {:?}, max {:?}; {:.1} s",
         seeds.end - seeds.start,
         percentile(50),
@@ -109,6 +119,9 @@ fn replay() {
         }
         for write in &report.history.fenced_writes {
             eprintln!("{write:?}");
+        }
+        for event in &report.history.queue {
+            eprintln!("{event:?}");
         }
     }
     eprintln!(

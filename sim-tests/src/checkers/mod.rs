@@ -9,6 +9,7 @@ pub mod fencing;
 pub mod linearizability;
 pub mod liveness;
 pub mod phantom_values;
+pub mod queue_delivery;
 pub mod versions;
 
 use std::time::Duration;
@@ -32,5 +33,6 @@ pub fn run_all(history: &History, replicas: &[ReplicaState], recovery: Option<Du
     note("applied_once", applied_once::check(replicas));
     note("convergence", convergence::check(replicas));
     note("liveness", liveness::check(recovery));
+    note("queue_delivery", queue_delivery::check(history));
     violations
 }

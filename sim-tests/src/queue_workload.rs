@@ -1,0 +1,144 @@
+//! The queue's clients in a simulated run: producers enqueue uniquely
+//! named messages (some delayed, each with a short retry schedule and an
+//! undelivered key), consumers claim them and finish each as delivered, as
+//! failed, or not at all (a consumer that died mid-delivery), until the
+//! queue has been quiet for a while after the workload.
+
+use std::time::Duration;
+
+use lode_client::protocol::Encoding;
+use lode_client::queue::Message;
+use lode_client::Client;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::history::{self, Known, QueueEvent, SharedHistory};
+use crate::workload::{client_options, is_definite_refusal};
+
+/// Redelivery delays of every message: three deliveries in all.
+pub const BACKOFF_SCHEDULE: [Duration; 2] = [Duration::from_millis(50), Duration::from_millis(150)];
+/// How long a claimed delivery stays invisible.
+pub const VISIBILITY: Duration = Duration::from_millis(700);
+/// A consumer stops once the cluster has answered "nothing due" for this
+/// long without a break after the workload: longer than a visibility, the
+/// leader's sweep interval and the last retry delay together.
+pub const QUIET_TIME: Duration = Duration::from_secs(4);
+
+/// The key (in the `deno` namespace) that receives `payload` when every
+/// delivery of it fails.
+pub fn undelivered_key(payload: &str) -> String {
+    format!("undelivered/{payload}")
+}
+
+#[derive(Clone, Debug)]
+pub struct QueuePlan {
+    pub client: usize,
+    pub seed: u64,
+    /// How long producers enqueue; consumers go on until the queue is quiet.
+    pub until: Duration,
+}
+
+fn client(endpoints: Vec<String>) -> Client {
+    match Client::with_options(endpoints, client_options()) {
+        Ok(client) => client,
+        Err(error) => panic!("client options are valid: {error}"),
+    }
+}
+
+/// Enqueues messages until `plan.until`.
+pub async fn run_producer(plan: QueuePlan, endpoints: Vec<String>, history: SharedHistory) {
+    let started = tokio::time::Instant::now();
+    let mut random = StdRng::seed_from_u64(plan.seed);
+    let queue = client(endpoints).queue();
+    let mut sent = 0u64;
+    while started.elapsed() < plan.until {
+        sent += 1;
+        let payload = format!("q{}.{sent}", plan.client);
+        let delay = if random.gen_bool(0.3) {
+            Duration::from_millis(random.gen_range(1..300))
+        } else {
+            Duration::ZERO
+        };
+        let message = Message::new(payload.clone().into_bytes(), Encoding::Bytes)
+            .delay(delay)
+            .backoff_schedule(BACKOFF_SCHEDULE.to_vec())
+            .keys_if_undelivered(vec![undelivered_key(&payload).into_bytes()]);
+        let slot = history::record_queue(
+            &history,
+            QueueEvent::Enqueued {
+                payload,
+                known: Known::Unknown,
+            },
+        );
+        let known = match queue.enqueue(&message).await {
+            Ok(_) => Known::Acknowledged,
+            Err(error) if is_definite_refusal(&error) => Known::Refused,
+            Err(_) => Known::Unknown,
+        };
+        history::answer_enqueue(&history, slot, known);
+        tokio::time::sleep(Duration::from_millis(random.gen_range(20..150))).await;
+    }
+}
+
+/// Claims and finishes messages until, after `plan.until`, every claim for
+/// [`QUIET_TIME`] found nothing due. A failed claim restarts the quiet
+/// time: an unavailable cluster is not an empty queue.
+pub async fn run_consumer(plan: QueuePlan, endpoints: Vec<String>, history: SharedHistory) {
+    let started = tokio::time::Instant::now();
+    let mut random = StdRng::seed_from_u64(plan.seed);
+    let queue = match client(endpoints).queue().with_visibility(VISIBILITY) {
+        Ok(queue) => queue,
+        Err(error) => panic!("the visibility is within its limit: {error}"),
+    };
+    let mut quiet_since: Option<tokio::time::Instant> = None;
+    loop {
+        let now = tokio::time::Instant::now();
+        let quiet_enough = quiet_since.is_some_and(|since| now.duration_since(since) > QUIET_TIME);
+        if now.duration_since(started) > plan.until && quiet_enough {
+            return;
+        }
+        let invoked = history.borrow_mut().tick();
+        let delivery = match queue.claim().await {
+            Ok(Some(delivery)) => delivery,
+            Ok(None) => {
+                quiet_since.get_or_insert(now);
+                tokio::time::sleep(Duration::from_millis(random.gen_range(10..60))).await;
+                continue;
+            }
+            Err(_) => {
+                quiet_since = None;
+                tokio::time::sleep(Duration::from_millis(random.gen_range(10..60))).await;
+                continue;
+            }
+        };
+        quiet_since = None;
+        let payload = String::from_utf8_lossy(&delivery.payload).into_owned();
+        let attempt = delivery.attempt;
+        let _ = history::record_queue(
+            &history,
+            QueueEvent::Claimed {
+                payload: payload.clone(),
+                attempt,
+                invoked,
+            },
+        );
+        let choice = random.gen_range(0..100);
+        if choice < 10 {
+            // Abandoned: the claim runs out and the leader requeues it.
+            continue;
+        }
+        let delivered = choice >= 30;
+        let answer = queue.finish(&delivery, delivered).await.ok();
+        let completed = history.borrow_mut().tick();
+        let _ = history::record_queue(
+            &history,
+            QueueEvent::Finished {
+                completed,
+                payload,
+                attempt,
+                delivered,
+                answer,
+            },
+        );
+    }
+}
