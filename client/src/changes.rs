@@ -47,7 +47,7 @@ impl Changes {
                 after_sequence: self.after.1,
                 namespace_prefix: self.namespace_prefix.clone(),
                 limit: CHANGES_PER_READ,
-                wait_ms: CHANGES_WAIT_MS,
+                wait_ms: self.client.server_wait_ms(CHANGES_WAIT_MS),
             },
             consistency: Consistency::Eventual,
         };

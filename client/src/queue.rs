@@ -24,7 +24,8 @@ pub use lode_types::{EnqueueOptions, FinishedAs, MessageId, QueueDelivery};
 /// counts as failed.
 pub const VISIBILITY_DEFAULT: Duration = Duration::from_secs(30);
 /// How long one wait for a due message lasts on the server, in
-/// milliseconds; below the SDK's default attempt timeout.
+/// milliseconds, when the client's attempts allow it
+/// (`Client::server_wait_ms`).
 const NEXT_DELIVERY_WAIT_MS: u64 = 5_000;
 
 /// A message to enqueue.
@@ -186,7 +187,7 @@ impl Queue {
     async fn wait_for_due(&self) -> Result<(), LodeError> {
         let request = ReadRequest {
             query: Query::NextDelivery {
-                wait_ms: NEXT_DELIVERY_WAIT_MS,
+                wait_ms: self.client.server_wait_ms(NEXT_DELIVERY_WAIT_MS),
             },
             consistency: Consistency::Eventual,
         };

@@ -74,6 +74,19 @@ impl std::fmt::Debug for Client {
     }
 }
 
+impl Client {
+    /// How long a server-side wait (a change read, a trigger read, a wait
+    /// for a due queue message) may last: `preferred_ms`, but at most three
+    /// quarters of one attempt, so that an idle wait answers "nothing yet"
+    /// instead of timing the attempt out.
+    pub(crate) fn server_wait_ms(&self, preferred_ms: u64) -> u64 {
+        let options = &self.inner.options;
+        let attempt_ms =
+            u64::try_from(options.attempt_timeout.min(options.call_timeout).as_millis()).unwrap_or(u64::MAX);
+        preferred_ms.min(attempt_ms / 4 * 3)
+    }
+}
+
 /// A fresh random op id for a mutation.
 pub fn new_op_id() -> u128 {
     crate::facade::random_u128()

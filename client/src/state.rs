@@ -341,7 +341,7 @@ impl Trigger {
                 after_sequence: self.after.1,
                 filter: self.filter.clone(),
                 limit: TRIGGER_EVENTS_PER_READ,
-                wait_ms: TRIGGER_WAIT_MS,
+                wait_ms: self.client.server_wait_ms(TRIGGER_WAIT_MS),
             },
             consistency: Consistency::Eventual,
         };

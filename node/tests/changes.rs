@@ -142,3 +142,60 @@ async fn lode_changes_prints_one_json_line_per_change() {
     assert_eq!(kinds, vec!["\"updated\"", "\"deleted\""]);
     cluster.assert_no_errors();
 }
+
+/// Long waits on the server (changes, state triggers, due queue messages)
+/// fit inside one attempt, so a client with short attempts sees "nothing
+/// yet" on an idle cluster rather than a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_waits_answer_within_a_short_attempt() {
+    let cluster = TestCluster::start(3, 10_000);
+    cluster.wait_for_leader().await;
+    let options = lode_client::ClientOptions {
+        attempt_timeout: Duration::from_millis(800),
+        call_timeout: Duration::from_millis(1_500),
+        ..lode_client::ClientOptions::default()
+    };
+    let client = Client::with_options(cluster.endpoints(), options).expect("client options");
+    client.kv("busy").set("x").bytes("y").send().await.expect("write");
+    let position = client.kv("busy").set("x").bytes("z").send().await.expect("write");
+
+    let mut changes = client.changes((position, u32::MAX)).namespace_prefix("idle");
+    let events = changes.next_batch().await.expect("an idle change read answers");
+    assert!(events.is_empty(), "{events:?}");
+
+    let mut trigger = client.state().trigger().scope("idle").after((position, u32::MAX));
+    let events = trigger.next_batch().await.expect("an idle trigger read answers");
+    assert!(events.is_empty(), "{events:?}");
+
+    // An idle listener waits for due messages without failing: it is
+    // still listening when a message comes, and delivers it.
+    let (delivered, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let listening = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .queue()
+                .listen(|delivery| {
+                    let delivered = delivered.clone();
+                    async move {
+                        let _ = delivered.send(delivery.payload);
+                        Ok::<(), String>(())
+                    }
+                })
+                .await
+        }
+    });
+    // Twice the call timeout: every wait inside ran idle.
+    let mut listening = listening;
+    if let Ok(ended) = tokio::time::timeout(Duration::from_secs(3), &mut listening).await {
+        panic!("the idle listener stopped: {ended:?}");
+    }
+    let message = lode_client::queue::Message::new(b"late".to_vec(), lode_client::Encoding::Bytes);
+    client.queue().enqueue(&message).await.expect("enqueue");
+    let payload = tokio::time::timeout(Duration::from_secs(30), received.recv())
+        .await
+        .expect("the listener delivers the message");
+    assert_eq!(payload.as_deref(), Some(&b"late"[..]));
+    listening.abort();
+    cluster.assert_no_errors();
+}
