@@ -142,3 +142,85 @@ pub async fn run_consumer(plan: QueuePlan, endpoints: Vec<String>, history: Shar
         );
     }
 }
+
+/// A consumer through the SDK's `Queue::listen`: its handler fails some
+/// deliveries and outlives the visibility on others; it stops once no
+/// delivery came, and no call failed, for twice [`QUIET_TIME`] after
+/// `plan.until`.
+///
+/// `listen` claims and finishes inside the SDK, so this consumer records
+/// its deliveries without the claim's send time and its finishes without
+/// the cluster's answer.
+pub async fn run_listener(plan: QueuePlan, endpoints: Vec<String>, history: SharedHistory) {
+    let started = tokio::time::Instant::now();
+    let random = std::rc::Rc::new(std::cell::RefCell::new(StdRng::seed_from_u64(plan.seed)));
+    let queue = match client(endpoints).queue().with_visibility(VISIBILITY) {
+        Ok(queue) => queue,
+        Err(error) => panic!("the visibility is within its limit: {error}"),
+    };
+    let last_activity = std::rc::Rc::new(std::cell::Cell::new(started));
+    loop {
+        let handler = |delivery: lode_client::queue::QueueDelivery| {
+            let (history, random, last_activity) = (history.clone(), random.clone(), last_activity.clone());
+            async move {
+                last_activity.set(tokio::time::Instant::now());
+                let payload = String::from_utf8_lossy(&delivery.payload).into_owned();
+                let attempt = delivery.attempt;
+                let _ = history::record_queue(
+                    &history,
+                    QueueEvent::Claimed {
+                        payload: payload.clone(),
+                        attempt,
+                        invoked: CLAIM_SENT_UNKNOWN,
+                    },
+                );
+                let choice = random.borrow_mut().gen_range(0..100);
+                if choice < 10 {
+                    // Outlives the visibility: `listen` fails the delivery.
+                    tokio::time::sleep(VISIBILITY * 2).await;
+                }
+                let delivered = choice >= 30;
+                let completed = history.borrow_mut().tick();
+                let _ = history::record_queue(
+                    &history,
+                    QueueEvent::Finished {
+                        completed,
+                        payload,
+                        attempt,
+                        delivered,
+                        answer: None,
+                    },
+                );
+                last_activity.set(tokio::time::Instant::now());
+                if delivered {
+                    Ok(())
+                } else {
+                    Err("the handler failed this delivery on purpose")
+                }
+            }
+        };
+        let quiet = async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let now = tokio::time::Instant::now();
+                if now.duration_since(started) > plan.until && now.duration_since(last_activity.get()) > QUIET_TIME * 2
+                {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            () = quiet => return,
+            listened = queue.listen(handler) => {
+                if listened.is_err() {
+                    last_activity.set(tokio::time::Instant::now());
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The `invoked` tick of a delivery whose claim's send time is unknown.
+pub const CLAIM_SENT_UNKNOWN: crate::history::Tick = 0;

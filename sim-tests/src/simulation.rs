@@ -261,10 +261,11 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
             };
             let (endpoints, history, finished) = (endpoints.clone(), history.clone(), finished_clients.clone());
             sim.client(format!("{role}{index}"), async move {
-                if role == "p" {
-                    queue_workload::run_producer(plan, endpoints, history).await;
-                } else {
-                    queue_workload::run_consumer(plan, endpoints, history).await;
+                match (role, index) {
+                    ("p", _) => queue_workload::run_producer(plan, endpoints, history).await,
+                    // The second consumer goes through the SDK's listener.
+                    (_, 0) => queue_workload::run_consumer(plan, endpoints, history).await,
+                    _ => queue_workload::run_listener(plan, endpoints, history).await,
                 }
                 *finished.borrow_mut() += 1;
                 Ok(())

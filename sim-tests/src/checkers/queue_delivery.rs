@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use lode_client::queue::FinishedAs;
 
 use crate::history::{History, Known, QueueEvent, Tick};
+use crate::queue_workload::CLAIM_SENT_UNKNOWN;
 
 pub fn check(history: &History) -> Result<(), String> {
     let mut enqueued: BTreeMap<&str, Known> = BTreeMap::new();
@@ -42,7 +43,8 @@ pub fn check(history: &History) -> Result<(), String> {
                         "{payload:?} was delivered (attempt {attempt}) but never enqueued"
                     ));
                 }
-                if done.get(payload.as_str()).is_some_and(|done_at| done_at < invoked) {
+                let sent_after_done = done.get(payload.as_str()).is_some_and(|done_at| done_at < invoked);
+                if *invoked != CLAIM_SENT_UNKNOWN && sent_after_done {
                     problems.push(format!(
                         "{payload:?} was delivered again (attempt {attempt}) to a claim sent after a delivery was \
                          acknowledged as done"
