@@ -20,7 +20,8 @@ use crate::queue_workload::CLAIM_SENT_UNKNOWN;
 pub fn check(history: &History) -> Result<(), String> {
     let mut enqueued: BTreeMap<&str, Known> = BTreeMap::new();
     let mut done: BTreeMap<&str, Tick> = BTreeMap::new();
-    let mut maybe_done: BTreeSet<&str> = BTreeSet::new();
+    // The attempt of a delivered finish whose answer was lost.
+    let mut maybe_done: BTreeMap<&str, u32> = BTreeMap::new();
     let mut dead_lettered: BTreeSet<&str> = BTreeSet::new();
     let mut problems = Vec::new();
     for event in &history.queue {
@@ -50,7 +51,14 @@ pub fn check(history: &History) -> Result<(), String> {
                          acknowledged as done"
                     ));
                 }
-                maybe_done.remove(payload.as_str());
+                // A later delivery shows that finish did not apply; a late
+                // answer to an older claim shows nothing.
+                if maybe_done
+                    .get(payload.as_str())
+                    .is_some_and(|finished| finished < attempt)
+                {
+                    maybe_done.remove(payload.as_str());
+                }
             }
             QueueEvent::Finished {
                 completed,
@@ -63,11 +71,12 @@ pub fn check(history: &History) -> Result<(), String> {
             }
             QueueEvent::Finished {
                 payload,
+                attempt,
                 delivered: true,
                 answer: None,
                 ..
             } => {
-                maybe_done.insert(payload);
+                maybe_done.insert(payload, *attempt);
             }
             QueueEvent::Finished { .. } => {}
             QueueEvent::DeadLetter { payload, written } => {
@@ -88,7 +97,7 @@ pub fn check(history: &History) -> Result<(), String> {
         }
     }
     for (payload, known) in &enqueued {
-        let ended = done.contains_key(payload) || dead_lettered.contains(payload) || maybe_done.contains(payload);
+        let ended = done.contains_key(payload) || dead_lettered.contains(payload) || maybe_done.contains_key(payload);
         if *known == Known::Acknowledged && !ended {
             problems.push(format!(
                 "{payload:?} was enqueued (acknowledged) but neither delivered nor dead-lettered"
@@ -202,6 +211,19 @@ mod tests {
             finished("a", 2, true, Some(FinishedAs::Delivered)),
             sent_early,
             finished("a", 1, true, Some(FinishedAs::NotClaimed)),
+        ];
+        assert_eq!(check(&history(events)), Ok(()));
+    }
+
+    #[test]
+    fn a_late_answer_to_an_older_claim_does_not_undo_a_lost_finish() {
+        let events = vec![
+            enqueued("a"),
+            claimed("a", 2),
+            finished("a", 2, true, None),
+            claimed("a", 1),
+            finished("a", 1, true, Some(FinishedAs::NotClaimed)),
+            dead("a", false),
         ];
         assert_eq!(check(&history(events)), Ok(()));
     }
