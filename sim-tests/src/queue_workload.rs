@@ -112,16 +112,7 @@ pub async fn run_consumer(plan: QueuePlan, endpoints: Vec<String>, history: Shar
             }
         };
         quiet_since = None;
-        let payload = String::from_utf8_lossy(&delivery.payload).into_owned();
-        let attempt = delivery.attempt;
-        let _ = history::record_queue(
-            &history,
-            QueueEvent::Claimed {
-                payload: payload.clone(),
-                attempt,
-                invoked,
-            },
-        );
+        let (payload, attempt) = record_claimed(&history, &delivery, invoked);
         let choice = random.gen_range(0..100);
         if choice < 10 {
             // Abandoned: the claim runs out and the leader requeues it.
@@ -129,18 +120,47 @@ pub async fn run_consumer(plan: QueuePlan, endpoints: Vec<String>, history: Shar
         }
         let delivered = choice >= 30;
         let answer = queue.finish(&delivery, delivered).await.ok();
-        let completed = history.borrow_mut().tick();
-        let _ = history::record_queue(
-            &history,
-            QueueEvent::Finished {
-                completed,
-                payload,
-                attempt,
-                delivered,
-                answer,
-            },
-        );
+        record_finished(&history, payload, attempt, delivered, answer);
     }
+}
+
+/// Records a delivery a consumer received; returns its payload and attempt.
+fn record_claimed(
+    history: &SharedHistory,
+    delivery: &lode_client::queue::QueueDelivery,
+    invoked: crate::history::Tick,
+) -> (String, u32) {
+    let payload = String::from_utf8_lossy(&delivery.payload).into_owned();
+    let _ = history::record_queue(
+        history,
+        QueueEvent::Claimed {
+            payload: payload.clone(),
+            attempt: delivery.attempt,
+            invoked,
+        },
+    );
+    (payload, delivery.attempt)
+}
+
+/// Records how a consumer ended a delivery.
+fn record_finished(
+    history: &SharedHistory,
+    payload: String,
+    attempt: u32,
+    delivered: bool,
+    answer: Option<lode_client::queue::FinishedAs>,
+) {
+    let completed = history.borrow_mut().tick();
+    let _ = history::record_queue(
+        history,
+        QueueEvent::Finished {
+            completed,
+            payload,
+            attempt,
+            delivered,
+            answer,
+        },
+    );
 }
 
 /// A consumer through the SDK's `Queue::listen`: its handler fails some
@@ -164,33 +184,14 @@ pub async fn run_listener(plan: QueuePlan, endpoints: Vec<String>, history: Shar
             let (history, random, last_activity) = (history.clone(), random.clone(), last_activity.clone());
             async move {
                 last_activity.set(tokio::time::Instant::now());
-                let payload = String::from_utf8_lossy(&delivery.payload).into_owned();
-                let attempt = delivery.attempt;
-                let _ = history::record_queue(
-                    &history,
-                    QueueEvent::Claimed {
-                        payload: payload.clone(),
-                        attempt,
-                        invoked: CLAIM_SENT_UNKNOWN,
-                    },
-                );
+                let (payload, attempt) = record_claimed(&history, &delivery, CLAIM_SENT_UNKNOWN);
                 let choice = random.borrow_mut().gen_range(0..100);
                 if choice < 10 {
                     // Outlives the visibility: `listen` fails the delivery.
                     tokio::time::sleep(VISIBILITY * 2).await;
                 }
                 let delivered = choice >= 30;
-                let completed = history.borrow_mut().tick();
-                let _ = history::record_queue(
-                    &history,
-                    QueueEvent::Finished {
-                        completed,
-                        payload,
-                        attempt,
-                        delivered,
-                        answer: None,
-                    },
-                );
+                record_finished(&history, payload, attempt, delivered, None);
                 last_activity.set(tokio::time::Instant::now());
                 if delivered {
                     Ok(())
