@@ -139,6 +139,14 @@ pub struct Scenario {
     pub bugs: Vec<InjectedBug>,
 }
 
+/// The seeds a test runs: `LODE_SIM_SEEDS` of them (default
+/// `default_count`) from `LODE_SIM_FIRST_SEED` (default `default_first`).
+pub fn seed_window(default_first: u64, default_count: u64) -> std::ops::Range<u64> {
+    let variable = |name: &str| std::env::var(name).ok().and_then(|value| value.parse::<u64>().ok());
+    let first = variable("LODE_SIM_FIRST_SEED").unwrap_or(default_first);
+    first..first + variable("LODE_SIM_SEEDS").unwrap_or(default_count)
+}
+
 /// The largest clock offset of a member, either way.
 pub const CLOCK_OFFSET_MS_MAX: i64 = 250;
 

@@ -6,22 +6,11 @@
 
 use std::time::Instant;
 
+use lode_sim_tests::scenario::seed_window;
 use lode_sim_tests::{run, FaultMix, Scenario};
 
 /// Seeds per fault mix in CI.
 const CI_SEEDS: u64 = 200;
-
-fn seed_window() -> std::ops::Range<u64> {
-    let count = std::env::var("LODE_SIM_SEEDS")
-        .ok()
-        .and_then(|count| count.parse().ok())
-        .unwrap_or(CI_SEEDS);
-    let first = std::env::var("LODE_SIM_FIRST_SEED")
-        .ok()
-        .and_then(|first| first.parse().ok())
-        .unwrap_or(0);
-    first..first + count
-}
 
 fn run_mix(mix: FaultMix) {
     let started = Instant::now();
@@ -32,7 +21,7 @@ fn run_mix(mix: FaultMix) {
     let mut messages = 0;
     let mut deliveries = 0;
     let mut recoveries = Vec::new();
-    let seeds = seed_window();
+    let seeds = seed_window(0, CI_SEEDS);
     for seed in seeds.clone() {
         let report = run(&Scenario::new(seed, mix));
         operations += report.history.operations.len();

@@ -848,8 +848,8 @@ pub fn write_size_bytes(operations: &[Operation]) -> usize {
             Operation::Delete { namespace, key, .. }
             | Operation::Expire { namespace, key, .. }
             | Operation::Check { namespace, key, .. }
-            | Operation::Counter { namespace, key, .. } => namespace.len() + key.len(),
-            Operation::Take { namespace, key } => namespace.len() + key.len(),
+            | Operation::Counter { namespace, key, .. }
+            | Operation::Take { namespace, key } => namespace.len() + key.len(),
             Operation::StateUpdate {
                 namespace,
                 key,
