@@ -5,6 +5,7 @@
 //! or timeout so the next call dials afresh.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Mutex;
@@ -39,9 +40,32 @@ pub async fn dial(address: &str) -> std::io::Result<ServiceClient> {
 }
 
 /// A lazily dialed connection that redials after failures.
+///
+/// A connection can go silent without failing: the peer vanished without
+/// a reset, or a middlebox dropped the flow, and every byte sent waits for
+/// an acknowledgement that never comes. A call's own timeout notices that,
+/// but a caller that gives up first (its own deadline is shorter, or its
+/// caller went away) drops the call before the timeout fires. So a call
+/// dropped unanswered also marks its channel as suspect when no call on
+/// this connection was answered while it waited; the next call dials
+/// afresh. Calls still waiting on the old channel keep it until they end.
 pub struct Connection {
     address: String,
-    client: Mutex<Option<ServiceClient>>,
+    client: Mutex<Option<Dialed>>,
+    /// Answers received through this connection, any channel.
+    answers: AtomicU64,
+    /// The generation of a channel that a dropped call found silent, plus
+    /// one (zero: none).
+    suspect: AtomicU64,
+    /// Channels dialed so far: the next one's generation.
+    dials: AtomicU64,
+}
+
+/// One dialed channel and its generation (dial count), so that a verdict
+/// about an old channel never drops a newer one.
+struct Dialed {
+    client: ServiceClient,
+    generation: u64,
 }
 
 impl std::fmt::Debug for Connection {
@@ -78,6 +102,9 @@ impl Connection {
         Self {
             address: address.into(),
             client: Mutex::new(None),
+            answers: AtomicU64::new(0),
+            suspect: AtomicU64::new(0),
+            dials: AtomicU64::new(0),
         }
     }
 
@@ -85,42 +112,83 @@ impl Connection {
         &self.address
     }
 
-    async fn client(&self, timeout: Duration) -> Result<ServiceClient, CallFailure> {
+    async fn client(&self, timeout: Duration) -> Result<(ServiceClient, u64), CallFailure> {
         let mut guard = self.client.lock().await;
-        if let Some(client) = guard.as_ref() {
-            return Ok(client.clone());
+        let suspect = self.suspect.load(Ordering::SeqCst);
+        if let Some(dialed) = guard.as_ref() {
+            if suspect != dialed.generation + 1 {
+                return Ok((dialed.client.clone(), dialed.generation));
+            }
+            tracing::debug!(address = %self.address, "redialing a connection that answered nothing while calls waited");
         }
+        *guard = None;
+        let generation = self.dials.fetch_add(1, Ordering::SeqCst);
         let client = match tokio::time::timeout(timeout, dial(&self.address)).await {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => return Err(CallFailure::Dial(error.to_string())),
             Err(_) => return Err(CallFailure::Dial("connect timed out".to_owned())),
         };
-        *guard = Some(client.clone());
-        Ok(client)
+        *guard = Some(Dialed {
+            client: client.clone(),
+            generation,
+        });
+        Ok((client, generation))
     }
 
-    async fn reset(&self) {
-        *self.client.lock().await = None;
+    async fn reset(&self, generation: u64) {
+        let mut guard = self.client.lock().await;
+        if guard.as_ref().is_some_and(|dialed| dialed.generation == generation) {
+            *guard = None;
+        }
     }
 
     /// Runs one call with a time limit. A transport error or a timeout drops
-    /// the connection.
+    /// the connection, and so does dropping the call unanswered while the
+    /// connection answered nothing else.
     pub async fn call<T, F, Fut>(&self, timeout: Duration, call: F) -> Result<Result<T, LodeError>, CallFailure>
     where
         F: FnOnce(ServiceClient, tarpc::context::Context) -> Fut,
         Fut: Future<Output = Result<Result<T, LodeError>, tarpc::client::RpcError>>,
     {
-        let client = self.client(timeout).await?;
-        match tokio::time::timeout(timeout, call(client, context())).await {
-            Ok(Ok(answer)) => Ok(answer),
+        let (client, generation) = self.client(timeout).await?;
+        let mut unanswered = Unanswered {
+            connection: self,
+            generation,
+            answers_before: self.answers.load(Ordering::SeqCst),
+            waiting: true,
+        };
+        let outcome = tokio::time::timeout(timeout, call(client, context())).await;
+        unanswered.waiting = false;
+        match outcome {
+            Ok(Ok(answer)) => {
+                self.answers.fetch_add(1, Ordering::SeqCst);
+                Ok(answer)
+            }
             Ok(Err(error)) => {
-                self.reset().await;
+                self.reset(generation).await;
                 Err(CallFailure::Transport(error.to_string()))
             }
             Err(_) => {
-                self.reset().await;
+                self.reset(generation).await;
                 Err(CallFailure::Timeout)
             }
+        }
+    }
+}
+
+/// Marks a call's channel as suspect when the call is dropped while it
+/// still waits and no other call on the connection was answered meanwhile.
+struct Unanswered<'a> {
+    connection: &'a Connection,
+    generation: u64,
+    answers_before: u64,
+    waiting: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if self.waiting && self.connection.answers.load(Ordering::SeqCst) == self.answers_before {
+            self.connection.suspect.store(self.generation + 1, Ordering::SeqCst);
         }
     }
 }
