@@ -136,9 +136,11 @@ pub enum QueryResult {
     },
     /// One list of entries per requested range, in the range's walk order.
     Ranges(Vec<Vec<Entry>>),
-    /// When the next queue message is due, if any waits.
+    /// When the next queue message is due, if any waits, and whether it
+    /// is due now by the answering member's clock.
     NextDelivery {
         due_at_micros: Option<u64>,
+        due_now: bool,
     },
 }
 

@@ -183,8 +183,9 @@ impl Queue {
         }
     }
 
-    /// Waits (up to a few seconds) until a message may be due.
-    async fn wait_for_due(&self) -> Result<(), LodeError> {
+    /// Waits (up to a few seconds) for a message to be due; answers whether
+    /// one is due now by the clock of the member that answered.
+    async fn wait_for_due(&self) -> Result<bool, LodeError> {
         let request = ReadRequest {
             query: Query::NextDelivery {
                 wait_ms: self.client.server_wait_ms(NEXT_DELIVERY_WAIT_MS),
@@ -192,7 +193,7 @@ impl Queue {
             consistency: Consistency::Eventual,
         };
         match self.client.read(request).await?.result {
-            QueryResult::NextDelivery { .. } => Ok(()),
+            QueryResult::NextDelivery { due_now, .. } => Ok(due_now),
             other => Err(unexpected(other)),
         }
     }
@@ -202,34 +203,83 @@ impl Queue {
     /// (or a delivery that outlives the visibility) fails the delivery,
     /// which is retried per the message's schedule. Ends only on an error
     /// of the cluster calls; drop the future to stop listening.
+    ///
+    /// A claim is a log entry, so an idle listener does not claim: it waits
+    /// (a read, which writes nothing) until a member says a message is due.
+    /// That member may be ahead of the leader (its clock runs early, or the
+    /// leader already applied another listener's claim), so claims that
+    /// find nothing after a "due" answer back off.
     pub async fn listen<F, Fut, E>(&self, mut handler: F) -> Result<(), LodeError>
     where
         F: FnMut(QueueDelivery) -> Fut,
         Fut: Future<Output = Result<(), E>>,
         E: std::fmt::Display,
     {
+        // Claims run at the start, after a delivery (more may be due), and
+        // when a member says a message is due; `empty_claims` counts the
+        // claims in a row that a "due" answer prompted and found nothing.
+        let mut claim_now = true;
+        let mut prompted = false;
+        let mut empty_claims = 0u32;
         loop {
+            if !claim_now {
+                claim_now = self.wait_for_due().await?;
+                prompted = true;
+                continue;
+            }
+            if prompted && empty_claims > 0 {
+                tokio::time::sleep(empty_claim_backoff(empty_claims)).await;
+            }
             let Some(delivery) = self.claim().await? else {
-                self.wait_for_due().await?;
+                empty_claims = if prompted { empty_claims.saturating_add(1) } else { 0 };
+                claim_now = false;
                 continue;
             };
-            let id = delivery.id;
-            let attempt = delivery.attempt;
-            let delivered = match tokio::time::timeout(self.visibility, handler(delivery.clone())).await {
-                Ok(Ok(())) => true,
-                Ok(Err(error)) => {
-                    tracing::info!(%error, ?id, attempt, "a queue handler failed; the message is retried per its schedule");
-                    false
-                }
-                Err(_) => {
-                    tracing::warn!(?id, attempt, "a queue handler outlived the delivery's visibility");
-                    false
-                }
-            };
-            self.finish(&delivery, delivered).await?;
+            empty_claims = 0;
+            prompted = false;
+            self.deliver(&mut handler, delivery).await?;
         }
     }
+
+    /// Runs `handler` on one delivery within the visibility, then finishes
+    /// the delivery as its outcome says.
+    async fn deliver<F, Fut, E>(&self, handler: &mut F, delivery: QueueDelivery) -> Result<(), LodeError>
+    where
+        F: FnMut(QueueDelivery) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: std::fmt::Display,
+    {
+        let id = delivery.id;
+        let attempt = delivery.attempt;
+        let delivered = match tokio::time::timeout(self.visibility, handler(delivery.clone())).await {
+            Ok(Ok(())) => true,
+            Ok(Err(error)) => {
+                tracing::info!(%error, ?id, attempt, "a queue handler failed; the message is retried per its schedule");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(?id, attempt, "a queue handler outlived the delivery's visibility");
+                false
+            }
+        };
+        self.finish(&delivery, delivered).await?;
+        Ok(())
+    }
 }
+
+/// The pause before a claim that follows `empty_claims` claims that found
+/// nothing although a member had said a message was due: 10 ms, doubling,
+/// at most `EMPTY_CLAIM_BACKOFF_MAX`.
+fn empty_claim_backoff(empty_claims: u32) -> Duration {
+    let doublings = empty_claims.saturating_sub(1).min(16);
+    (EMPTY_CLAIM_BACKOFF_INITIAL * 2u32.pow(doublings)).min(EMPTY_CLAIM_BACKOFF_MAX)
+}
+
+/// The first pause after an empty claim that a "due" answer had prompted.
+const EMPTY_CLAIM_BACKOFF_INITIAL: Duration = Duration::from_millis(10);
+/// The longest pause between such claims: a member whose clock runs this
+/// far ahead of the leader's costs one claim per this interval.
+const EMPTY_CLAIM_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 impl Client {
     /// The cluster's queue.

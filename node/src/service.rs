@@ -171,9 +171,13 @@ impl NodeService {
                     "state events are read through the change feed's wait".to_owned(),
                 )))
             }
-            Query::NextDelivery { .. } => QueryResult::NextDelivery {
-                due_at_micros: reader.next_queue_due_micros()?,
-            },
+            Query::NextDelivery { .. } => {
+                let due_at_micros = reader.next_queue_due_micros()?;
+                QueryResult::NextDelivery {
+                    due_at_micros,
+                    due_now: due_at_micros.is_some_and(|due| due <= now_micros),
+                }
+            }
             Query::Ranges { namespace, ranges } => QueryResult::Ranges(
                 reader
                     .read_ranges(namespace, ranges, now_micros)?
@@ -291,6 +295,7 @@ impl NodeService {
             let due_in = match &result {
                 QueryResult::NextDelivery {
                     due_at_micros: Some(due),
+                    ..
                 } => Some(Duration::from_micros(due.saturating_sub(now_micros))),
                 _ => None,
             };

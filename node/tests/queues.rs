@@ -252,3 +252,71 @@ async fn messages_survive_a_leader_kill_and_a_vanished_listener() {
     );
     cluster.assert_no_errors_except(&["unreachable", "connection refused", "Connection refused"]);
 }
+
+/// How long the idle-listener test watches the log.
+const IDLE_TIME: Duration = Duration::from_secs(30);
+
+/// A listener on an empty queue only reads: over 30 s the log grows by its
+/// one first claim (plus a blank entry per leader change, if any), and it
+/// still delivers the next message as soon as it is enqueued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_listener_leaves_the_log_where_it_was() {
+    let cluster = TestCluster::start(3, 10_000);
+    cluster.wait_for_leader().await;
+    // One-second attempts make each server-side wait 750 ms: a listener
+    // that claimed after every wait would add 40 entries in 30 s.
+    let options = lode_client::ClientOptions {
+        attempt_timeout: Duration::from_secs(1),
+        call_timeout: Duration::from_secs(5),
+        ..lode_client::ClientOptions::default()
+    };
+    let client = lode_client::Client::with_options(cluster.endpoints(), options).expect("client");
+    let before = client.cluster_status().await.expect("status before");
+    let delivered: Seen = Arc::default();
+    let record = delivered.clone();
+    let listening = client.clone();
+    let listener = tokio::spawn(async move {
+        listening
+            .listen_queue(move |delivery| {
+                let record = record.clone();
+                async move {
+                    record
+                        .lock()
+                        .expect("record")
+                        .push((delivery.payload, delivery.attempt, Duration::ZERO));
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+    });
+    // The interval measured, not a wait for a condition.
+    tokio::time::sleep(IDLE_TIME).await;
+    assert!(!listener.is_finished(), "the listener ended: {:?}", listener.await);
+    let after = client.cluster_status().await.expect("status after");
+    let grown = after.applied_index - before.applied_index;
+    let leader_changes = after.term - before.term;
+    eprintln!(
+        "an idle listener for {IDLE_TIME:?}: the applied index went from {} to {} ({grown} entries, {leader_changes} leader changes)",
+        before.applied_index, after.applied_index
+    );
+    assert!(
+        grown <= 1 + leader_changes,
+        "an idle listener grew the log by {grown} entries in {IDLE_TIME:?} ({leader_changes} leader changes)"
+    );
+
+    let started = Instant::now();
+    client
+        .queue()
+        .enqueue(&Message::new(b"after the quiet".to_vec(), Encoding::Bytes))
+        .await
+        .expect("enqueue after the quiet");
+    wait_until("the message enqueued after the quiet", || async {
+        let delivered = delivered.lock().expect("delivered");
+        (delivered.len() == 1).then_some(())
+    })
+    .await;
+    eprintln!("delivered {:?} after the enqueue", started.elapsed());
+    listener.abort();
+    assert_eq!(delivered.lock().expect("delivered")[0].0, b"after the quiet".to_vec());
+    cluster.assert_no_errors();
+}
