@@ -150,6 +150,9 @@ pub struct History {
     pub fenced_writes: Vec<FencedWrite>,
     /// Queue events in the order they happened.
     pub queue: Vec<QueueEvent>,
+    /// What each actor last did: diagnostics for a run that does not
+    /// settle, read by no checker.
+    pub activity: crate::activity::Activity,
     pub(crate) next_tick: Tick,
 }
 
@@ -175,6 +178,7 @@ pub type SharedHistory = Rc<RefCell<History>>;
 /// Records an invocation and returns its slot, to be completed later.
 pub fn invoke(history: &SharedHistory, client: usize, call: Call) -> usize {
     let mut history = history.borrow_mut();
+    history.activity.calling(client, format!("{call:?}"), crate::now());
     let invoked = history.tick();
     history.operations.push(Operation {
         client,
@@ -207,5 +211,25 @@ pub fn complete(history: &SharedHistory, slot: usize, outcome: Outcome) {
     let completed = (outcome != Outcome::Unknown).then(|| history.tick());
     let operation = &mut history.operations[slot];
     operation.completed = completed;
-    operation.outcome = outcome;
+    let client = operation.client;
+    history.activity.answered(client, format!("{outcome:?}"), crate::now());
+    history.operations[slot].outcome = outcome;
+}
+
+/// Records that `client` begins `call` (for the activity report only).
+pub fn calling(history: &SharedHistory, client: usize, call: impl Into<String>) {
+    history.borrow_mut().activity.calling(client, call.into(), crate::now());
+}
+
+/// Records the answer to `client`'s last call (for the activity report only).
+pub fn answered(history: &SharedHistory, client: usize, answer: impl Into<String>) {
+    history
+        .borrow_mut()
+        .activity
+        .answered(client, answer.into(), crate::now());
+}
+
+/// Records that `client` has finished its part of the run.
+pub fn finished(history: &SharedHistory, client: usize) {
+    history.borrow_mut().activity.finished(client, crate::now());
 }

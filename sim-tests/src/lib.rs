@@ -13,6 +13,7 @@
 //! `node/tests/linearizability.rs` feeds the same checkers a history
 //! recorded against real processes.
 
+pub mod activity;
 pub mod checkers;
 pub mod environment;
 pub mod history;

@@ -70,7 +70,10 @@ pub async fn run_producer(plan: QueuePlan, endpoints: Vec<String>, history: Shar
                 known: Known::Unknown,
             },
         );
-        let known = match queue.enqueue(&message).await {
+        history::calling(&history, plan.client, format!("enqueue {}", payload_of(&message)));
+        let answer = queue.enqueue(&message).await;
+        history::answered(&history, plan.client, format!("{answer:?}"));
+        let known = match answer {
             Ok(_) => Known::Acknowledged,
             Err(error) if is_definite_refusal(&error) => Known::Refused,
             Err(_) => Known::Unknown,
@@ -98,7 +101,10 @@ pub async fn run_consumer(plan: QueuePlan, endpoints: Vec<String>, history: Shar
             return;
         }
         let invoked = history.borrow_mut().tick();
-        let delivery = match queue.claim().await {
+        history::calling(&history, plan.client, "claim");
+        let claimed = queue.claim().await;
+        history::answered(&history, plan.client, describe_claim(&claimed));
+        let delivery = match claimed {
             Ok(Some(delivery)) => delivery,
             Ok(None) => {
                 quiet_since.get_or_insert(now);
@@ -119,8 +125,14 @@ pub async fn run_consumer(plan: QueuePlan, endpoints: Vec<String>, history: Shar
             continue;
         }
         let delivered = choice >= 30;
-        let answer = queue.finish(&delivery, delivered).await.ok();
-        record_finished(&history, payload, attempt, delivered, answer);
+        history::calling(
+            &history,
+            plan.client,
+            format!("finish {payload} attempt {attempt} (delivered: {delivered})"),
+        );
+        let finished = queue.finish(&delivery, delivered).await;
+        history::answered(&history, plan.client, format!("{finished:?}"));
+        record_finished(&history, payload, attempt, delivered, finished.ok());
     }
 }
 
@@ -185,6 +197,7 @@ pub async fn run_listener(plan: QueuePlan, endpoints: Vec<String>, history: Shar
             async move {
                 last_activity.set(tokio::time::Instant::now());
                 let (payload, attempt) = record_claimed(&history, &delivery, CLAIM_SENT_UNKNOWN);
+                history::calling(&history, plan.client, format!("handling {payload} attempt {attempt}"));
                 let choice = random.borrow_mut().gen_range(0..100);
                 if choice < 10 {
                     // Outlives the visibility: `listen` fails the delivery.
@@ -210,16 +223,36 @@ pub async fn run_listener(plan: QueuePlan, endpoints: Vec<String>, history: Shar
                 }
             }
         };
+        history::calling(&history, plan.client, "listen");
         tokio::select! {
             biased;
             () = quiet => return,
             listened = queue.listen(handler) => {
+                history::answered(&history, plan.client, format!("listen ended: {listened:?}"));
                 if listened.is_err() {
                     last_activity.set(tokio::time::Instant::now());
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
         }
+    }
+}
+
+/// A message's payload as text, for the activity report.
+fn payload_of(message: &Message) -> String {
+    String::from_utf8_lossy(&message.payload).into_owned()
+}
+
+/// A claim's answer in words, for the activity report.
+fn describe_claim(claimed: &Result<Option<lode_client::queue::QueueDelivery>, lode_client::LodeError>) -> String {
+    match claimed {
+        Ok(Some(delivery)) => format!(
+            "delivery of {} attempt {}",
+            String::from_utf8_lossy(&delivery.payload),
+            delivery.attempt
+        ),
+        Ok(None) => "nothing due".to_owned(),
+        Err(error) => format!("failed: {error}"),
     }
 }
 

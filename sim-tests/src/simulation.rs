@@ -29,6 +29,10 @@ use crate::workload::{self, KvClientPlan, LockClientPlan, NAMESPACE};
 pub const PORT: u16 = 7000;
 /// The history's client number of the verifier.
 pub const VERIFIER: usize = 1000;
+/// The client number of the operator (membership changes).
+pub const OPERATOR: usize = 1001;
+/// Lock clients are clients from this number on.
+pub const LOCK_CLIENT_FIRST: usize = 100;
 /// Watchers are clients `WATCHER_FIRST + member id`.
 pub const WATCHER_FIRST: usize = 200;
 /// Queue producers and consumers are clients from these numbers on.
@@ -200,7 +204,6 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
 
     let history: SharedHistory = Rc::new(RefCell::new(History::default()));
     let endpoints: Vec<String> = founders.values().cloned().chain(scenario.spare.map(address)).collect();
-    let finished_clients = Rc::new(RefCell::new(0usize));
     for client in 0..scenario.kv_clients {
         let plan = KvClientPlan {
             client,
@@ -209,10 +212,11 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
             until: scenario.workload,
             read_only: false,
         };
-        let (endpoints, history, finished) = (endpoints.clone(), history.clone(), finished_clients.clone());
+        let (endpoints, history) = (endpoints.clone(), history.clone());
+        history.borrow_mut().activity.register(client);
         sim.client(format!("c{client}"), async move {
-            workload::run_kv_client(plan, endpoints, history).await;
-            *finished.borrow_mut() += 1;
+            workload::run_kv_client(plan, endpoints, history.clone()).await;
+            history::finished(&history, client);
             Ok(())
         });
     }
@@ -228,25 +232,27 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
             until: scenario.workload,
             read_only: true,
         };
-        let (history, finished) = (history.clone(), finished_clients.clone());
+        let history = history.clone();
+        history.borrow_mut().activity.register(client);
         sim.client(format!("w{id}"), async move {
-            workload::run_kv_client(plan, vec![address(id)], history).await;
-            *finished.borrow_mut() += 1;
+            workload::run_kv_client(plan, vec![address(id)], history.clone()).await;
+            history::finished(&history, client);
             Ok(())
         });
     }
     for index in 0..scenario.lock_clients {
-        let client = 100 + index;
+        let client = LOCK_CLIENT_FIRST + index;
         let plan = LockClientPlan {
             client,
             seed: scenario.seed.wrapping_mul(37).wrapping_add(client as u64),
             lease_ttl: scenario.lease_ttl,
             until: scenario.workload,
         };
-        let (endpoints, history, finished) = (endpoints.clone(), history.clone(), finished_clients.clone());
+        let (endpoints, history) = (endpoints.clone(), history.clone());
+        history.borrow_mut().activity.register(client);
         sim.client(format!("l{index}"), async move {
-            workload::run_lock_client(plan, endpoints, history).await;
-            *finished.borrow_mut() += 1;
+            workload::run_lock_client(plan, endpoints, history.clone()).await;
+            history::finished(&history, client);
             Ok(())
         });
     }
@@ -259,15 +265,17 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
                 seed: scenario.seed.wrapping_mul(43).wrapping_add(client as u64),
                 until: scenario.workload,
             };
-            let (endpoints, history, finished) = (endpoints.clone(), history.clone(), finished_clients.clone());
+            let (endpoints, history) = (endpoints.clone(), history.clone());
+            history.borrow_mut().activity.register(client);
             sim.client(format!("{role}{index}"), async move {
+                let recorded = history.clone();
                 match (role, index) {
                     ("p", _) => queue_workload::run_producer(plan, endpoints, history).await,
                     // The second consumer goes through the SDK's listener.
                     (_, 0) => queue_workload::run_consumer(plan, endpoints, history).await,
                     _ => queue_workload::run_listener(plan, endpoints, history).await,
                 }
-                *finished.borrow_mut() += 1;
+                history::finished(&recorded, client);
                 Ok(())
             });
         }
@@ -276,7 +284,8 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
     let operator_queue: Rc<RefCell<VecDeque<Fault>>> = Rc::new(RefCell::new(VecDeque::new()));
     {
         let (queue, endpoints, until) = (operator_queue.clone(), endpoints.clone(), scenario.workload);
-        sim.client("operator", run_operator(queue, endpoints, until));
+        history.borrow_mut().activity.register(OPERATOR);
+        sim.client("operator", run_operator(queue, endpoints, until, history.clone()));
     }
 
     let mut host_names: Vec<String> = members.iter().map(|member| host(member.id)).collect();
@@ -293,11 +302,6 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
             endpoints: endpoints.clone(),
             history: history.clone(),
             members: members.clone(),
-            clients: scenario.kv_clients
-                + scenario.members as usize
-                + scenario.lock_clients
-                + 2 * scenario.queue_clients,
-            finished_clients: finished_clients.clone(),
             keys: scenario.keys,
             healed_at: scenario.workload,
             verification: verification.clone(),
@@ -351,7 +355,10 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         if now > scenario.workload + SETTLE_TIME_MAX {
             violations.push(Violation {
                 checker: "liveness",
-                detail: format!("the run had not settled {SETTLE_TIME_MAX:?} after the workload ended"),
+                detail: format!(
+                    "the run had not settled {SETTLE_TIME_MAX:?} after the workload ended; still going at {now:?}:\n{}",
+                    history.borrow().activity.describe_unfinished(now)
+                ),
             });
             break;
         }
@@ -521,26 +528,42 @@ impl Driver {
 }
 
 /// Carries out membership changes the driver queues, through the SDK.
-async fn run_operator(queue: Rc<RefCell<VecDeque<Fault>>>, endpoints: Vec<String>, until: Duration) -> turmoil::Result {
+async fn run_operator(
+    queue: Rc<RefCell<VecDeque<Fault>>>,
+    endpoints: Vec<String>,
+    until: Duration,
+    history: SharedHistory,
+) -> turmoil::Result {
     let client = Client::with_options(endpoints, workload::client_options())?;
     loop {
         let next = queue.borrow_mut().pop_front();
-        match next {
+        // A failed change is retried by no one: the run goes on with the
+        // membership it has, which is a fault too.
+        let changed = match next {
             Some(Fault::AddMember { id }) => {
-                // A failed change is retried by no one: the run goes on with
-                // the membership it has, which is a fault too.
-                if let Err(error) = client.add_member(id, address(id)).await {
-                    tracing::info!(%error, id, "adding a member failed");
-                }
+                history::calling(&history, OPERATOR, format!("add member {id}"));
+                client.add_member(id, address(id)).await
             }
             Some(Fault::RemoveMember { id }) => {
-                if let Err(error) = client.remove_member(id).await {
-                    tracing::info!(%error, id, "removing a member failed");
-                }
+                history::calling(&history, OPERATOR, format!("remove member {id}"));
+                client.remove_member(id).await
             }
-            Some(_) => {}
-            None if crate::now() > until => return Ok(()),
-            None => tokio::time::sleep(Duration::from_millis(20)).await,
+            Some(_) => continue,
+            None if crate::now() > until => {
+                history::finished(&history, OPERATOR);
+                return Ok(());
+            }
+            None => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        match changed {
+            Ok(status) => history::answered(&history, OPERATOR, format!("members {:?}", status.members.len())),
+            Err(error) => {
+                tracing::info!(%error, "a membership change failed");
+                history::answered(&history, OPERATOR, format!("failed: {error}"));
+            }
         }
     }
 }
@@ -549,8 +572,6 @@ struct VerifierContext {
     endpoints: Vec<String>,
     history: SharedHistory,
     members: Vec<Rc<Member>>,
-    clients: usize,
-    finished_clients: Rc<RefCell<usize>>,
     keys: usize,
     healed_at: Duration,
     verification: Rc<RefCell<Verification>>,
@@ -569,6 +590,12 @@ impl VerifierContext {
 /// convergence (every voter applies the same log), the replicas' final
 /// state, and a last linearizable read of every key.
 async fn verify(context: VerifierContext) -> turmoil::Result {
+    let verified = verify_steps(&context).await;
+    history::finished(&context.history, VERIFIER);
+    verified
+}
+
+async fn verify_steps(context: &VerifierContext) -> turmoil::Result {
     let client = Client::with_options(context.endpoints.clone(), workload::client_options())?;
     let kv = client.kv(NAMESPACE);
     while crate::now() < context.healed_at {
@@ -612,10 +639,19 @@ async fn verify(context: VerifierContext) -> turmoil::Result {
             return Ok(());
         }
     }
-    while *context.finished_clients.borrow() < context.clients {
+    loop {
+        let unfinished = context.history.borrow().activity.unfinished_clients();
+        if unfinished.is_empty() {
+            break;
+        }
+        let names: Vec<String> = unfinished.into_iter().map(crate::activity::actor_name).collect();
+        let waiting = format!("waiting for {} to finish", names.join(", "));
+        if context.history.borrow().activity.last_call(VERIFIER) != Some(waiting.as_str()) {
+            history::calling(&context.history, VERIFIER, waiting);
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let Some(voters) = converge(&context).await else {
+    let Some(voters) = converge(context).await else {
         return Ok(());
     };
     let mut replicas = Vec::new();
@@ -645,6 +681,7 @@ async fn verify(context: VerifierContext) -> turmoil::Result {
         };
         history::complete(&context.history, slot, outcome);
     }
+    history::calling(&context.history, VERIFIER, "reading the final queue state");
     if let Err(problem) = final_queue_state(&client, &context.history).await {
         context.problem("liveness", problem);
         return Ok(());
@@ -699,27 +736,8 @@ async fn converge(context: &VerifierContext) -> Option<BTreeSet<u64>> {
     let mut previous: Option<(BTreeSet<u64>, u64)> = None;
     loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let leader_metrics = context.members.iter().find_map(|member| {
-            let running = member.running.borrow();
-            let metrics = running.as_ref()?.raft.metrics().borrow().clone();
-            (metrics.state == ServerState::Leader).then_some(metrics)
-        });
-        let current = leader_metrics.and_then(|metrics| {
-            let voters: BTreeSet<u64> = metrics.membership_config.membership().voter_ids().collect();
-            let applied: BTreeSet<Option<u64>> = voters
-                .iter()
-                .map(|id| {
-                    let member = context.members.iter().find(|member| member.id == *id)?;
-                    let running = member.running.borrow();
-                    Some(running.as_ref()?.reader.applied_index())
-                })
-                .collect();
-            let last_log = metrics.last_log_index.unwrap_or(0);
-            match applied.into_iter().collect::<Vec<_>>().as_slice() {
-                [Some(index)] if *index == last_log => Some((voters, *index)),
-                _ => None,
-            }
-        });
+        let (current, seen) = convergence_sample(&context.members);
+        history::calling(&context.history, VERIFIER, format!("converging: {seen}"));
         if current.is_some() && current == previous {
             return current.map(|(voters, _)| voters);
         }
@@ -727,11 +745,54 @@ async fn converge(context: &VerifierContext) -> Option<BTreeSet<u64>> {
         if crate::now() - started > SETTLE_TIME_MAX / 2 {
             context.problem(
                 "convergence",
-                format!("the voters did not apply the same log within {:?}", SETTLE_TIME_MAX / 2),
+                format!(
+                    "the voters did not apply the same log within {:?}; last seen: {seen}",
+                    SETTLE_TIME_MAX / 2
+                ),
             );
             return None;
         }
     }
+}
+
+/// The voters and the index they all applied, when every voter runs and
+/// has applied the leader's last log entry; and what was seen, in words.
+fn convergence_sample(members: &[Rc<Member>]) -> (Option<(BTreeSet<u64>, u64)>, String) {
+    let leader_metrics = members.iter().find_map(|member| {
+        let running = member.running.borrow();
+        let metrics = running.as_ref()?.raft.metrics().borrow().clone();
+        (metrics.state == ServerState::Leader).then_some((member.id, metrics))
+    });
+    let Some((leader, metrics)) = leader_metrics else {
+        return (None, "no leader".to_owned());
+    };
+    let voters: BTreeSet<u64> = metrics.membership_config.membership().voter_ids().collect();
+    let applied: Vec<(u64, Option<u64>)> = voters
+        .iter()
+        .map(|id| {
+            let member = members.iter().find(|member| member.id == *id);
+            let index = member.and_then(|member| Some(member.running.borrow().as_ref()?.reader.applied_index()));
+            (*id, index)
+        })
+        .collect();
+    let last_log = metrics.last_log_index.unwrap_or(0);
+    let described: Vec<String> = applied
+        .iter()
+        .map(|(id, index)| match index {
+            Some(index) => format!("n{id} {index}"),
+            None => format!("n{id} down"),
+        })
+        .collect();
+    let seen = format!(
+        "leader n{leader}, last log {last_log}, applied: {}",
+        described.join(", ")
+    );
+    let indexes: BTreeSet<Option<u64>> = applied.into_iter().map(|(_, index)| index).collect();
+    let current = match indexes.into_iter().collect::<Vec<_>>().as_slice() {
+        [Some(index)] if *index == last_log => Some((voters, *index)),
+        _ => None,
+    };
+    (current, seen)
 }
 
 fn replica_state(id: u64, reader: &StateReader<SelectedEngine>) -> Result<ReplicaState, String> {

@@ -174,7 +174,17 @@ pub async fn run_lock_client(plan: LockClientPlan, endpoints: Vec<String>, histo
     let mut written = 0u64;
     while started.elapsed() < plan.until {
         let invoked = history.borrow_mut().tick();
-        let lease = match locks.lease(LOCK_KEY, &holder, plan.lease_ttl).await {
+        history::calling(&history, plan.client, "acquire the lease");
+        let acquired = locks.lease(LOCK_KEY, &holder, plan.lease_ttl).await;
+        history::answered(
+            &history,
+            plan.client,
+            match &acquired {
+                Ok(lease) => format!("token {}", lease.token),
+                Err(error) => format!("failed: {error}"),
+            },
+        );
+        let lease = match acquired {
             Ok(lease) => lease,
             Err(_) => {
                 tokio::time::sleep(Duration::from_millis(random.gen_range(5..50))).await;
@@ -212,7 +222,9 @@ pub async fn run_lock_client(plan: LockClientPlan, endpoints: Vec<String>, histo
                 Some(version) => builder.expect_version(version),
                 None => builder.expect_absent(),
             };
+            history::calling(&history, plan.client, format!("fenced write {value}"));
             let result = builder.commit().await;
+            history::answered(&history, plan.client, format!("{result:?}"));
             let outcome = match result {
                 Ok(version) => Outcome::Written { version },
                 Err(error) if is_definite_refusal(&error) => Outcome::Failed,
@@ -230,7 +242,9 @@ pub async fn run_lock_client(plan: LockClientPlan, endpoints: Vec<String>, histo
             });
         }
         if random.gen_bool(0.5) {
-            let _ = locks.release(LOCK_KEY, &holder, lease.token).await;
+            history::calling(&history, plan.client, format!("release token {}", lease.token));
+            let released = locks.release(LOCK_KEY, &holder, lease.token).await;
+            history::answered(&history, plan.client, format!("{released:?}"));
         }
         tokio::time::sleep(Duration::from_millis(random.gen_range(0..100))).await;
     }
