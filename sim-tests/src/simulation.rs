@@ -49,6 +49,17 @@ pub struct Violation {
     pub detail: String,
 }
 
+impl std::fmt::Display for Violation {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "{}: {}", self.checker, self.detail)
+    }
+}
+
+/// Every violation on lines of its own, as a failing test prints them.
+pub fn describe_violations(violations: &[Violation]) -> String {
+    violations.iter().map(|violation| format!("{violation}\n")).collect()
+}
+
 /// A member's final state, read after the cluster converged.
 #[derive(Clone, Debug)]
 pub struct ReplicaState {

@@ -37,7 +37,11 @@ fn one_seed_replays_to_the_same_trace() {
         for seed in seeds.clone() {
             let scenario = Scenario::new(seed, mix);
             let (first_steps, first) = traced(&scenario);
-            assert!(first.violations.is_empty(), "{:#?}", first.violations);
+            assert!(
+                first.violations.is_empty(),
+                "{}",
+                lode_sim_tests::simulation::describe_violations(&first.violations)
+            );
             for replay in 1..replays() {
                 let (steps, report) = traced(&scenario);
                 assert!(

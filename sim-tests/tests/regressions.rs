@@ -24,5 +24,9 @@ fn a_leader_that_caught_up_by_snapshot_writes_again() {
         at(6_955, Fault::HealNetwork),
     ];
     let report = run(&scenario);
-    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert!(
+        report.violations.is_empty(),
+        "{}",
+        lode_sim_tests::simulation::describe_violations(&report.violations)
+    );
 }

@@ -41,7 +41,10 @@ fn run_mix(mix: FaultMix) {
         }
         recoveries.extend(report.recovery);
         if !report.violations.is_empty() {
-            eprintln!("seed {seed} ({mix}) failed: {:#?}", report.violations);
+            eprintln!(
+                "seed {seed} ({mix}) failed:\n{}",
+                lode_sim_tests::simulation::describe_violations(&report.violations)
+            );
             eprintln!("replay with: {}", report.replay_command());
             failures.push(seed);
         }
@@ -120,5 +123,9 @@ fn replay() {
         report.simulated,
         report.recovery
     );
-    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert!(
+        report.violations.is_empty(),
+        "{}",
+        lode_sim_tests::simulation::describe_violations(&report.violations)
+    );
 }
