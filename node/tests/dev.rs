@@ -8,14 +8,17 @@ use std::process::{Child, Command, Stdio};
 use lode_client::Client;
 use support::wait_until;
 
-/// A base port whose next three ports are free on loopback right now.
+/// A base port whose member ports (base+1 … base+3) and HTTP ports
+/// (base+101 … base+103) are free on loopback right now.
 fn free_base_port() -> u16 {
     for _ in 0..100 {
         let base = support::free_port();
         if base > 60_000 {
             continue;
         }
-        let free = (1..=3).all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok());
+        let free = [1, 2, 3, 101, 102, 103]
+            .into_iter()
+            .all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok());
         if free {
             return base;
         }
