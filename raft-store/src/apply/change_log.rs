@@ -1,0 +1,128 @@
+//! The change log: every change of a live value an entry made, recorded
+//! under (log index, sequence), and trimmed from the oldest end while the
+//! log is over the proposal's retention, remembering the last position
+//! trimmed so that a reader asking for older events learns they are gone.
+
+use crate::command::{ChangeEvent, ChangeKind, Encoding, Retention};
+use crate::engine::{Engine, Space, WriteBatch};
+use crate::error::{decode, encode, EngineError};
+use crate::keys::{self, meta};
+use crate::limits::CHANGE_TRIM_PER_APPLY_MAX;
+
+/// A change event before it has its position.
+pub(super) struct Change {
+    pub(super) namespace: String,
+    pub(super) key: Vec<u8>,
+    pub(super) kind: ChangeKind,
+    pub(super) old_value: Option<Vec<u8>>,
+    pub(super) new_value: Option<Vec<u8>>,
+    pub(super) encoding: Encoding,
+    pub(super) version: u64,
+}
+
+/// The namespace and key of a stored entry key, when it belongs to a user
+/// namespace (Lode's own records start with NUL and emit no changes).
+pub(super) fn user_key(entry_key: &[u8]) -> Option<(String, Vec<u8>)> {
+    keys::split_entry_key(entry_key).filter(|(namespace, _)| !namespace.starts_with('\0'))
+}
+
+fn read_counter<E: Engine>(engine: &E, key: &[u8]) -> Result<u64, EngineError> {
+    match engine.get(Space::StateMeta, key)? {
+        Some(bytes) => decode("change log counter", &bytes),
+        None => Ok(0),
+    }
+}
+
+/// Appends an entry's change events to the change log, then trims the
+/// oldest events (a bounded number per entry) while the log is over its
+/// event or byte limit, remembering the last position trimmed so that a
+/// reader asking for older events learns they are gone.
+pub(super) fn record_changes<E: Engine>(
+    engine: &E,
+    batch: &mut WriteBatch,
+    changes: Vec<Change>,
+    index: u64,
+    retention: &Retention,
+) -> Result<(), EngineError> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let mut count = read_counter(engine, meta::CHANGE_COUNT)?;
+    let mut bytes = read_counter(engine, meta::CHANGE_BYTES)?;
+    for (sequence, change) in changes.into_iter().enumerate() {
+        let event = ChangeEvent {
+            index,
+            sequence: u32::try_from(sequence).unwrap_or(u32::MAX),
+            namespace: change.namespace,
+            key: change.key,
+            kind: change.kind,
+            old_value: change.old_value,
+            new_value: change.new_value,
+            encoding: change.encoding,
+            version: change.version,
+        };
+        let encoded = encode("change event", &event)?;
+        count += 1;
+        bytes += encoded.len() as u64;
+        batch.put(
+            Space::ChangeLog,
+            keys::change_key(event.index, event.sequence).to_vec(),
+            encoded,
+        );
+    }
+    let over = |count: u64, bytes: u64| count > retention.change_events_max || bytes > retention.change_bytes_max;
+    if over(count, bytes) {
+        // Start after the last trimmed event: the head of the log is a run
+        // of deletions an iterator would otherwise step over every time.
+        let mut start = match engine.get(Space::StateMeta, meta::CHANGE_TRIMMED_THROUGH)? {
+            Some(bytes) => {
+                let (index, sequence): (u64, u32) = decode("change log trim", &bytes)?;
+                let mut start = keys::change_key(index, sequence).to_vec();
+                start.push(0);
+                start
+            }
+            None => Vec::new(),
+        };
+        let mut trimmed_through = None;
+        let mut trimmed = 0;
+        while over(count, bytes) && trimmed < CHANGE_TRIM_PER_APPLY_MAX {
+            // Read only about as many as must go; bytes over the limit are
+            // trimmed in small steps.
+            let wanted = count.saturating_sub(retention.change_events_max).clamp(1, 256) as usize;
+            let oldest = engine.scan(Space::ChangeLog, &start, None, wanted)?;
+            if oldest.is_empty() {
+                break;
+            }
+            for (key, value) in oldest {
+                if !over(count, bytes) {
+                    break;
+                }
+                count -= 1;
+                bytes = bytes.saturating_sub(value.len() as u64);
+                trimmed += 1;
+                trimmed_through = keys::split_change_key(&key);
+                start = key.clone();
+                start.push(0);
+                batch.delete(Space::ChangeLog, key);
+            }
+        }
+        if let Some(through) = trimmed_through {
+            batch.put(
+                Space::StateMeta,
+                meta::CHANGE_TRIMMED_THROUGH.to_vec(),
+                encode("change log trim", &through)?,
+            );
+        }
+    }
+    batch.put(
+        Space::StateMeta,
+        meta::CHANGE_COUNT.to_vec(),
+        encode("change log counter", &count)?,
+    );
+    batch.put(
+        Space::StateMeta,
+        meta::CHANGE_BYTES.to_vec(),
+        encode("change log counter", &bytes)?,
+    );
+    Ok(())
+}
