@@ -197,7 +197,16 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         I::IntoIter: OptionalSend,
     {
         let mut batch = WriteBatch::default();
+        let mut previous_index: Option<u64> = None;
         for entry in entries {
+            // openraft hands over a contiguous run; a gap would leave a
+            // hole in the log that a later read takes for a purge.
+            debug_assert!(
+                previous_index.is_none_or(|previous| entry.log_id.index == previous + 1),
+                "appending log index {} after {previous_index:?}",
+                entry.log_id.index
+            );
+            previous_index = Some(entry.log_id.index);
             let bytes = encode("log entry", &entry).map_err(write_error)?;
             batch.put(Space::Log, keys::log_key(entry.log_id.index).to_vec(), bytes);
         }

@@ -70,50 +70,7 @@ pub(super) fn record_changes<E: Engine>(
             encoded,
         );
     }
-    let over = |count: u64, bytes: u64| count > retention.change_events_max || bytes > retention.change_bytes_max;
-    if over(count, bytes) {
-        // Start after the last trimmed event: the head of the log is a run
-        // of deletions an iterator would otherwise step over every time.
-        let mut start = match engine.get(Space::StateMeta, meta::CHANGE_TRIMMED_THROUGH)? {
-            Some(bytes) => {
-                let (index, sequence): (u64, u32) = decode("change log trim", &bytes)?;
-                let mut start = keys::change_key(index, sequence).to_vec();
-                start.push(0);
-                start
-            }
-            None => Vec::new(),
-        };
-        let mut trimmed_through = None;
-        let mut trimmed = 0;
-        while over(count, bytes) && trimmed < CHANGE_TRIM_PER_APPLY_MAX {
-            // Read only about as many as must go; bytes over the limit are
-            // trimmed in small steps.
-            let wanted = count.saturating_sub(retention.change_events_max).clamp(1, 256) as usize;
-            let oldest = engine.scan(Space::ChangeLog, &start, None, wanted)?;
-            if oldest.is_empty() {
-                break;
-            }
-            for (key, value) in oldest {
-                if !over(count, bytes) {
-                    break;
-                }
-                count -= 1;
-                bytes = bytes.saturating_sub(value.len() as u64);
-                trimmed += 1;
-                trimmed_through = keys::split_change_key(&key);
-                start = key.clone();
-                start.push(0);
-                batch.delete(Space::ChangeLog, key);
-            }
-        }
-        if let Some(through) = trimmed_through {
-            batch.put(
-                Space::StateMeta,
-                meta::CHANGE_TRIMMED_THROUGH.to_vec(),
-                encode("change log trim", &through)?,
-            );
-        }
-    }
+    let (count, bytes) = trim_oldest(engine, batch, (count, bytes), retention)?;
     batch.put(
         Space::StateMeta,
         meta::CHANGE_COUNT.to_vec(),
@@ -125,4 +82,61 @@ pub(super) fn record_changes<E: Engine>(
         encode("change log counter", &bytes)?,
     );
     Ok(())
+}
+
+/// Trims the oldest events (at most `change_trim_per_apply_max`) while the
+/// log is over the retention's event or byte limit; answers the new count
+/// and bytes.
+fn trim_oldest<E: Engine>(
+    engine: &E,
+    batch: &mut WriteBatch,
+    (mut count, mut bytes): (u64, u64),
+    retention: &Retention,
+) -> Result<(u64, u64), EngineError> {
+    let over = |count: u64, bytes: u64| count > retention.change_events_max || bytes > retention.change_bytes_max;
+    if !over(count, bytes) {
+        return Ok((count, bytes));
+    }
+    // Start after the last trimmed event: the head of the log is a run
+    // of deletions an iterator would otherwise step over every time.
+    let mut start = match engine.get(Space::StateMeta, meta::CHANGE_TRIMMED_THROUGH)? {
+        Some(bytes) => {
+            let (index, sequence): (u64, u32) = decode("change log trim", &bytes)?;
+            let mut start = keys::change_key(index, sequence).to_vec();
+            start.push(0);
+            start
+        }
+        None => Vec::new(),
+    };
+    let mut trimmed_through = None;
+    let mut trimmed = 0;
+    while over(count, bytes) && trimmed < CHANGE_TRIM_PER_APPLY_MAX {
+        // Read only about as many as must go; bytes over the limit are
+        // trimmed in small steps.
+        let wanted = count.saturating_sub(retention.change_events_max).clamp(1, 256) as usize;
+        let oldest = engine.scan(Space::ChangeLog, &start, None, wanted)?;
+        if oldest.is_empty() {
+            break;
+        }
+        for (key, value) in oldest {
+            if !over(count, bytes) {
+                break;
+            }
+            count -= 1;
+            bytes = bytes.saturating_sub(value.len() as u64);
+            trimmed += 1;
+            trimmed_through = keys::split_change_key(&key);
+            start = key.clone();
+            start.push(0);
+            batch.delete(Space::ChangeLog, key);
+        }
+    }
+    if let Some(through) = trimmed_through {
+        batch.put(
+            Space::StateMeta,
+            meta::CHANGE_TRIMMED_THROUGH.to_vec(),
+            encode("change log trim", &through)?,
+        );
+    }
+    Ok((count, bytes))
 }

@@ -137,7 +137,8 @@ fn apply_operations<E: Engine>(
     Ok(Ok(results))
 }
 
-/// One operation, applied by the function of its family.
+/// One operation, applied by the function of its family: entry operations
+/// here, the others in `apply_coordination_operation`.
 fn apply_operation<E: Engine>(context: &mut ApplyContext<'_, E>, operation: &Operation) -> Applied {
     match operation {
         Operation::Set {
@@ -192,6 +193,14 @@ fn apply_operation<E: Engine>(context: &mut ApplyContext<'_, E>, operation: &Ope
             after,
             entries_max,
         } => entries::delete_range(context, namespace, selector, after.as_deref(), *entries_max),
+        other => apply_coordination_operation(context, other),
+    }
+}
+
+/// Leases, checks, counters and sums, the queue, state updates and the
+/// leader's sweeps.
+fn apply_coordination_operation<E: Engine>(context: &mut ApplyContext<'_, E>, operation: &Operation) -> Applied {
+    match operation {
         Operation::AcquireLease {
             namespace,
             key,
@@ -256,6 +265,18 @@ fn apply_operation<E: Engine>(context: &mut ApplyContext<'_, E>, operation: &Ope
         } => state_updates::update(context, namespace, key, ops_json),
         Operation::SweepExpired { entries_max } => sweeps::sweep_expired(context, *entries_max),
         Operation::RequeueOverdue { messages_max } => sweeps::requeue_overdue(context, *messages_max),
+        Operation::Set { .. }
+        | Operation::Delete { .. }
+        | Operation::Expire { .. }
+        | Operation::Patch { .. }
+        | Operation::Copy { .. }
+        | Operation::Take { .. }
+        | Operation::DeleteRange { .. } => {
+            debug_assert!(false, "apply_operation applies entry operations itself");
+            Ok(Err(Rejection::Invalid(
+                "an entry operation reached the coordination operations' apply".to_owned(),
+            )))
+        }
     }
 }
 
