@@ -85,3 +85,12 @@ impl Changes {
         )
     }
 }
+
+impl Client {
+    /// The change feed after position `after` (log index, sequence): `(0,
+    /// 0)` for everything retained, `(write_position, u32::MAX)` for what
+    /// follows a write.
+    pub fn changes(&self, after: (u64, u32)) -> Changes {
+        Changes::new(self.clone(), after)
+    }
+}

@@ -261,7 +261,7 @@ impl FencedLeaseClient {
         lease_ttl_micros: u64,
     ) -> Result<PreparedMutation, LodeError> {
         let operations = vec![operation];
-        crate::kv::validate_operations(&operations)?;
+        lode_types::validate_client_write(&operations).map_err(LodeError::Invalid)?;
         Ok(PreparedMutation {
             client_id: self.id,
             kind,

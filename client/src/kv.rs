@@ -15,7 +15,7 @@ use crate::protocol::{
     Capability, Consistency, Encoding, Entry, EntryMeta, Fence, LeaseInfo, Operation, OperationResult, Precondition,
     Query, QueryResult, ReadRequest, Selector, SessionLink, WriteRequest, WriteResponse,
 };
-use crate::sdk::{new_op_id, Client};
+use crate::sdk::{duration_micros, new_op_id, Client};
 
 /// Entries one range delete examines per round trip; `delete_many` repeats
 /// until the selection is done.
@@ -39,15 +39,6 @@ pub struct Kv {
 
 /// Checks every operation's limits before anything is sent. Sweeps are
 /// the leader's own and never come from a client.
-pub(crate) fn validate_operations(operations: &[Operation]) -> Result<(), LodeError> {
-    if operations.iter().any(Operation::is_leader_only) {
-        return Err(LodeError::Invalid(
-            "operations must not hold a sweep or a requeue (the leader proposes those)".to_owned(),
-        ));
-    }
-    lode_types::validate_write(operations).map_err(LodeError::Invalid)
-}
-
 /// The error for a result of the wrong kind: a server bug, reported rather
 /// than trusted.
 fn unexpected<T: std::fmt::Debug>(what: &str, result: &T) -> LodeError {
@@ -90,10 +81,6 @@ impl Lease {
             other => Err(unexpected("a lease call", &other)),
         }
     }
-}
-
-pub(crate) fn duration_micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn now_plus(duration: Duration) -> u64 {
@@ -783,6 +770,23 @@ impl ScanBuilder {
                 walk.buffered = page.entries.into_iter();
             }
         })
+    }
+}
+
+impl Client {
+    /// A handle on one namespace, scoped to the default stream if the
+    /// client has one.
+    pub fn kv(&self, namespace: impl Into<String>) -> Kv {
+        let namespace = namespace.into();
+        let resource = self.resource_namespace(&namespace);
+        Kv::new(self.clone(), namespace, resource)
+    }
+
+    /// A handle on a namespace exactly as named, even when the client has a
+    /// default stream.
+    pub fn kv_unscoped(&self, namespace: impl Into<String>) -> Kv {
+        let namespace = namespace.into();
+        Kv::new(self.clone(), namespace.clone(), namespace)
     }
 }
 

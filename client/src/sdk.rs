@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use crate::connection::{CallFailure, Connection};
 use crate::error::{LodeError, MutationRecovery};
-use crate::kv::Kv;
 use crate::protocol::{
     Capability, ClusterStatus, Consistency, Query, QueryResult, ReadRequest, ReadResponse, ServiceClient, SessionLink,
     WriteRequest, WriteResponse,
@@ -92,6 +91,11 @@ pub fn new_op_id() -> u128 {
     crate::facade::random_u128()
 }
 
+/// A duration in whole microseconds, saturating.
+pub(crate) fn duration_micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
 impl Client {
     /// A client for the cluster reachable at `endpoints` (`host:port` each).
     /// Connections are made on first use.
@@ -135,22 +139,7 @@ impl Client {
         })
     }
 
-    /// A handle on one namespace, scoped to the default stream if the
-    /// client has one.
-    pub fn kv(&self, namespace: impl Into<String>) -> Kv {
-        let namespace = namespace.into();
-        let resource = self.resource_namespace(&namespace);
-        Kv::new(self.clone(), namespace, resource)
-    }
-
-    /// A handle on a namespace exactly as named, even when the client has a
-    /// default stream.
-    pub fn kv_unscoped(&self, namespace: impl Into<String>) -> Kv {
-        let namespace = namespace.into();
-        Kv::new(self.clone(), namespace.clone(), namespace)
-    }
-
-    fn stream_prefix(&self) -> Option<String> {
+    pub(crate) fn stream_prefix(&self) -> Option<String> {
         self.inner
             .options
             .default_stream
@@ -216,13 +205,6 @@ impl Client {
                 }
             }
         }
-    }
-
-    /// The change feed after position `after` (log index, sequence): `(0,
-    /// 0)` for everything retained, `(write_position, u32::MAX)` for what
-    /// follows a write.
-    pub fn changes(&self, after: (u64, u32)) -> crate::changes::Changes {
-        crate::changes::Changes::new(self.clone(), after)
     }
 
     /// What the cluster offers; asked once, then remembered.
@@ -368,7 +350,7 @@ impl Client {
                     tokio::time::sleep(ttl).await;
                     Err(LodeError::AmbiguousMutation {
                         recovery: MutationRecovery::WaitOutLeaseTtl {
-                            ttl_micros: crate::kv::duration_micros(ttl),
+                            ttl_micros: duration_micros(ttl),
                         },
                         detail,
                     })
@@ -385,7 +367,7 @@ impl Client {
 
     /// Applies an atomic batch. `request.op_id` makes it safe to retry.
     pub async fn write(&self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
-        crate::kv::validate_operations(&request.operations)?;
+        lode_types::validate_client_write(&request.operations).map_err(LodeError::Invalid)?;
         let op_id = request.op_id;
         self.send(Some(op_id), |client, context| {
             let request = request.clone();

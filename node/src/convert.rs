@@ -30,17 +30,6 @@ pub fn cap_lease_ttls(command: &mut Command, ttl_micros_max: u64) {
     }
 }
 
-/// Checks a client's write: its limits, and that it holds no operation only
-/// the leader may propose.
-pub fn validate_client_write(request: &wire::WriteRequest) -> Result<(), LodeError> {
-    if request.operations.iter().any(wire::Operation::is_leader_only) {
-        return Err(LodeError::Invalid(
-            "operations must not hold a sweep or a requeue (the leader proposes those)".to_owned(),
-        ));
-    }
-    lode_types::validate_write(&request.operations).map_err(LodeError::Invalid)
-}
-
 pub fn rejection_to_wire(rejection: Rejection) -> LodeError {
     match rejection {
         Rejection::Invalid(message) => LodeError::Invalid(message),

@@ -80,7 +80,7 @@ impl NodeService {
     }
 
     async fn write_on_leader(&self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
-        convert::validate_client_write(&request)?;
+        lode_types::validate_client_write(&request.operations).map_err(LodeError::Invalid)?;
         let mut command = convert::command(&request);
         convert::cap_lease_ttls(&mut command, self.shared.config.lease_ttl_ms_max.saturating_mul(1000));
         let outcome = match self.shared.proposer.propose(command).await {

@@ -141,58 +141,16 @@ impl Command {
         }
     }
 
-    /// The entry keys this command may write, or `None` when the set is not
-    /// known before apply (a sweep, a range delete): such a command is
+    /// The stored keys this command may write, or `None` when the set is
+    /// not known before apply (a sweep, a range delete): such a command is
     /// proposed alone.
     pub fn written_keys(&self) -> Option<Vec<Vec<u8>>> {
         let Command::V1(command) = self;
-        let mut keys = Vec::new();
+        let mut written = Vec::new();
         for operation in &command.operations {
-            if let Some(session) = operation.session() {
-                if let Operation::Set { namespace, key, .. }
-                | Operation::Delete { namespace, key, .. }
-                | Operation::Patch { namespace, key, .. } = operation
-                {
-                    keys.push(crate::keys::session_index_key(session, namespace, key));
-                }
-            }
-            match operation {
-                Operation::Set { namespace, key, .. }
-                | Operation::Delete { namespace, key, .. }
-                | Operation::Expire { namespace, key, .. }
-                | Operation::Patch { namespace, key, .. }
-                | Operation::Counter { namespace, key, .. }
-                | Operation::SumV8 { namespace, key, .. }
-                | Operation::StateUpdate { namespace, key, .. }
-                | Operation::Take { namespace, key } => keys.push(crate::keys::entry_key(namespace, key)),
-                // A check writes nothing; an enqueue writes a key no other
-                // command can name (its id holds the entry's index).
-                Operation::Check { .. } | Operation::Enqueue { .. } => {}
-                // Which messages these touch is known only at apply.
-                Operation::ClaimMessage { .. } | Operation::FinishMessage { .. } | Operation::RequeueOverdue { .. } => {
-                    return None
-                }
-                Operation::Copy {
-                    namespace,
-                    key,
-                    to_namespace,
-                    to_key,
-                    remove_source,
-                } => {
-                    keys.push(crate::keys::entry_key(to_namespace, to_key));
-                    if *remove_source {
-                        keys.push(crate::keys::entry_key(namespace, key));
-                    }
-                }
-                Operation::AcquireLease { namespace, key, .. }
-                | Operation::RenewLease { namespace, key, .. }
-                | Operation::ReleaseLease { namespace, key, .. } => {
-                    keys.push(crate::keys::entry_key(&crate::keys::lease_namespace(namespace), key))
-                }
-                Operation::SweepExpired { .. } | Operation::DeleteRange { .. } => return None,
-            }
+            written.extend(operation.written_keys()?.into_iter().map(crate::keys::written_key));
         }
-        Some(keys)
+        Some(written)
     }
 
     /// Checks every limit of every operation; the message names the field.

@@ -45,3 +45,13 @@ pub(crate) fn encode<T: serde::Serialize>(what: &'static str, value: &T) -> Resu
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, EngineError> {
     bincode::deserialize(bytes).map_err(|error| EngineError::corrupt(what, error))
 }
+
+/// A storage failure on the way in, as openraft's error (it stops Raft).
+pub(crate) fn read_error(error: EngineError) -> openraft::StorageError<crate::type_config::NodeId> {
+    openraft::StorageIOError::read(&error).into()
+}
+
+/// A storage failure on the way out, as openraft's error (it stops Raft).
+pub(crate) fn write_error(error: EngineError) -> openraft::StorageError<crate::type_config::NodeId> {
+    openraft::StorageIOError::write(&error).into()
+}

@@ -29,14 +29,27 @@ pub fn lease_namespace(namespace: &str) -> String {
 }
 
 /// The internal namespace that lists the keys written under a session.
-pub fn session_namespace(session: &crate::command::SessionLink) -> String {
+pub fn session_namespace(session: &lode_types::SessionLink) -> String {
     format!("\0session\0{}\0{}", session.stream, session.session_id)
 }
 
 /// The stored key recording that `session` wrote `key` of `namespace`: the
 /// index entry's own key is the written entry's stored key.
-pub fn session_index_key(session: &crate::command::SessionLink, namespace: &str, key: &[u8]) -> Vec<u8> {
+pub fn session_index_key(session: &lode_types::SessionLink, namespace: &str, key: &[u8]) -> Vec<u8> {
     entry_key(&session_namespace(session), &entry_key(namespace, key))
+}
+
+/// The stored key of a key an operation writes.
+pub fn written_key(written: lode_types::WrittenKey<'_>) -> Vec<u8> {
+    match written {
+        lode_types::WrittenKey::Entry { namespace, key } => entry_key(namespace, key),
+        lode_types::WrittenKey::Lease { namespace, key } => entry_key(&lease_namespace(namespace), key),
+        lode_types::WrittenKey::SessionIndex {
+            session,
+            namespace,
+            key,
+        } => session_index_key(session, namespace, key),
+    }
 }
 
 /// The prefix every key of a namespace starts with.

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
-use openraft::{Entry, LogId, OptionalSend, RaftLogId, StorageError, StorageIOError, Vote};
+use openraft::{Entry, LogId, OptionalSend, RaftLogId, StorageError, Vote};
 
 use crate::engine::{run_blocking, Durability, Engine, Space, WriteBatch};
-use crate::error::{decode, encode, EngineError};
+use crate::error::{decode, encode, read_error, write_error, EngineError};
 use crate::injected_bugs::{self, InjectedBug};
 use crate::keys::{self, meta};
 use crate::state_machine::SnapshotOnDisk;
@@ -48,14 +48,6 @@ impl<E: Engine> Debug for LogStore<E> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.write_str("LogStore")
     }
-}
-
-pub(crate) fn read_error(error: EngineError) -> StorageError<NodeId> {
-    StorageIOError::read(&error).into()
-}
-
-pub(crate) fn write_error(error: EngineError) -> StorageError<NodeId> {
-    StorageIOError::write(&error).into()
 }
 
 impl<E: Engine> LogStore<E> {

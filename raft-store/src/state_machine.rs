@@ -14,9 +14,9 @@ use crate::applied_index::AppliedIndex;
 use crate::apply::{apply_proposal, Position};
 use crate::command::ProposalOutcome;
 use crate::engine::{run_blocking, Durability, Engine, Space, WriteBatch};
-use crate::error::{decode, encode, EngineError};
+use crate::error::{decode, encode, read_error, write_error, EngineError};
 use crate::keys::meta;
-use crate::log_store::{read_error, write_error};
+
 use crate::reader::StateReader;
 use crate::snapshot::StoredSnapshot;
 use crate::type_config::{NodeId, TypeConfig};
