@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use lode_client::{Client, ClientOptions};
 
-use crate::node::{Membership, Node, NodeConfig};
+use crate::config::{Membership, NodeConfig};
+use crate::node::Node;
 
 /// How long opening waits for the member to lead its cluster.
 pub const EMBEDDED_START_WAIT: Duration = Duration::from_secs(30);

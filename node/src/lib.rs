@@ -1,23 +1,22 @@
 //! The Lode server: one cluster member that serves the wire protocol to
 //! clients and peers on one address, runs openraft over the storage in
-//! lode-raft-store, and the `lode` command-line tool around it.
+//! lode-raft-store. The `lode` command-line tool (`src/cli/`) is the
+//! binary's own, declared by `main.rs`.
 //!
 //! This is the only crate that knows both the network and the storage.
 
-pub mod bench;
-pub mod cli;
 pub mod clock;
+pub mod config;
 pub mod convert;
-pub mod dev;
 pub mod embedded;
 pub mod http;
-pub mod kv_cli;
-pub mod lease_cli;
 pub mod network;
 pub mod node;
 pub mod proposer;
 pub mod reads;
 pub mod service;
+pub mod shared;
 
+pub use config::NodeConfig;
 pub use embedded::Lode;
-pub use node::{Node, NodeConfig};
+pub use node::Node;

@@ -5,9 +5,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+mod cli;
+
 fn main() -> ExitCode {
-    let arguments = lode_node::cli::Arguments::parse();
-    lode_node::cli::init_logging(&arguments);
+    let arguments = cli::Arguments::parse();
+    cli::init_logging(&arguments);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -15,5 +17,5 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(lode_node::cli::run(arguments))
+    runtime.block_on(cli::run(arguments))
 }

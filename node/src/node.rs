@@ -1,8 +1,7 @@
 //! One cluster member: storage, Raft, the listener, bootstrap or join, the
 //! expiry sweeper, and graceful shutdown.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,19 +12,19 @@ use lode_client::rpc;
 use lode_client::Client;
 use lode_raft_store::command::{Command, CommandV1, Operation, Retention};
 use lode_raft_store::limits::SWEEP_ENTRIES_MAX;
-use lode_raft_store::{
-    LogStore, MemoryEngine, RocksEngine, SelectedEngine, StateMachineStore, StateReader, TypeConfig,
-};
+use lode_raft_store::{LogStore, RocksEngine, SelectedEngine, StateMachineStore, StateReader, TypeConfig};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::clock::MemberClock;
+use crate::config::{Membership, NodeConfig, Storage};
 use crate::network::{NetworkFactory, PeerConnections};
 use crate::proposer::Proposer;
 use crate::reads::ReadIndex;
 use crate::service::NodeService;
+use crate::shared::Shared;
 
 /// Most log entries in one Raft append message; with `proposal_bytes_max`
 /// it bounds the largest frame between peers.
@@ -34,97 +33,6 @@ pub const RAFT_PAYLOAD_ENTRIES_MAX: u64 = 16;
 /// How long a log purge waits for the snapshot it follows to reach the
 /// disk (an install runs beside it); past that it purges what is covered.
 pub const PURGE_WAIT_FOR_SNAPSHOT: Duration = Duration::from_secs(30);
-
-/// How a node becomes part of a cluster on its first start.
-#[derive(Clone, Debug)]
-pub enum Membership {
-    /// Founding members by id and address; the smallest id initializes the
-    /// cluster when it has never been initialized.
-    Bootstrap(BTreeMap<u64, String>),
-    /// Ask a running member (any) to add this node.
-    Join(String),
-    /// Restart only: the node's data says which cluster it belongs to.
-    Existing,
-}
-
-/// Where a member keeps its log and state machine.
-#[derive(Clone, Debug)]
-pub enum Storage {
-    /// RocksDB under the data directory: `log/` and `state/`.
-    Disk,
-    /// In-memory engines with a crash model, for the deterministic
-    /// simulation; restarting with the same engines is a restart from what
-    /// was synced (after `MemoryEngine::crash`).
-    Memory { log: MemoryEngine, state: MemoryEngine },
-}
-
-#[derive(Clone, Debug)]
-pub struct NodeConfig {
-    pub id: u64,
-    /// The address peers and clients use to reach this node.
-    pub advertise: String,
-    pub data_dir: PathBuf,
-    pub storage: Storage,
-    pub membership: Membership,
-    /// Applied entries between snapshots; the log before a snapshot is purged.
-    pub snapshot_logs_max: u64,
-    pub heartbeat_interval_ms: u64,
-    pub election_timeout_ms_min: u64,
-    /// How long at-least-position reads wait before answering `stale`.
-    pub read_wait_ms_max: u64,
-    /// Time limit for one forwarded request to the leader.
-    pub forward_timeout_ms: u64,
-    /// How often the leader checks for expired entries to sweep.
-    pub sweep_interval_ms: u64,
-    /// The longest lease this node grants as leader, whatever is asked.
-    pub lease_ttl_ms_max: u64,
-    /// How long op ids proposed by this node as leader stay deduplicated.
-    pub dedup_retention_ms: u64,
-    /// Most change events the cluster keeps while this node leads.
-    pub change_log_events_max: u64,
-    /// Most bytes of change events the cluster keeps while this node leads.
-    pub change_log_bytes_max: u64,
-    /// How far this member's clock is from the environment's. Zero in
-    /// production (no flag sets it); the simulation skews members' clocks.
-    pub clock_offset_micros: i64,
-}
-
-impl NodeConfig {
-    pub fn new(id: u64, advertise: impl Into<String>, data_dir: impl Into<PathBuf>, membership: Membership) -> Self {
-        Self {
-            id,
-            advertise: advertise.into(),
-            data_dir: data_dir.into(),
-            storage: Storage::Disk,
-            membership,
-            snapshot_logs_max: 10_000,
-            heartbeat_interval_ms: 100,
-            election_timeout_ms_min: 400,
-            read_wait_ms_max: 5_000,
-            forward_timeout_ms: 10_000,
-            sweep_interval_ms: 1_000,
-            lease_ttl_ms_max: 300_000,
-            dedup_retention_ms: lode_raft_store::limits::DEDUP_RETENTION_MICROS / 1000,
-            change_log_events_max: lode_raft_store::limits::CHANGE_EVENTS_MAX_DEFAULT,
-            change_log_bytes_max: lode_raft_store::limits::CHANGE_BYTES_MAX_DEFAULT,
-            clock_offset_micros: 0,
-        }
-    }
-}
-
-/// What request handlers share.
-pub struct Shared {
-    pub id: u64,
-    pub raft: Raft<TypeConfig>,
-    pub reader: StateReader<SelectedEngine>,
-    pub read_index: ReadIndex,
-    pub proposer: Proposer,
-    pub peers: PeerConnections,
-    pub config: NodeConfig,
-    pub clock: MemberClock,
-    /// Requests being served; shutdown waits for them.
-    pub in_flight: Arc<()>,
-}
 
 /// A running member.
 pub struct Node {
@@ -422,14 +330,4 @@ async fn report_leadership(shared: Arc<Shared>) {
             return;
         }
     }
-}
-
-/// Voter ids in the current membership.
-pub fn voter_ids(raft: &Raft<TypeConfig>) -> BTreeSet<u64> {
-    raft.metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .voter_ids()
-        .collect()
 }

@@ -24,7 +24,7 @@ use tarpc::context::Context;
 use tracing::Instrument;
 
 use crate::convert;
-use crate::node::Shared;
+use crate::shared::{voter_ids, Shared};
 
 /// Most expired entries a status counts.
 pub const EXPIRED_COUNTED_MAX: usize = 10_000;
@@ -456,7 +456,7 @@ impl NodeService {
                     node.addr
                 )));
             }
-            Some(_) if crate::node::voter_ids(&self.shared.raft).contains(&id) => return Ok(self.local_status()),
+            Some(_) if voter_ids(&self.shared.raft).contains(&id) => return Ok(self.local_status()),
             _ => {}
         }
         self.shared

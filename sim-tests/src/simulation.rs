@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use lode_client::facade;
 use lode_client::Client;
-use lode_node::node::{Membership, Node, NodeConfig, Storage};
+use lode_node::config::{Membership, NodeConfig, Storage};
+use lode_node::node::Node;
 use lode_raft_store::injected_bugs;
 use lode_raft_store::{MemoryEngine, SelectedEngine, StateReader, TypeConfig};
 use lode_types::ChangeEvent;

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::operation::Encoding;
+use crate::encoding::Encoding;
 
 /// What a change did to a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

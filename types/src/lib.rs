@@ -8,6 +8,7 @@
 //! `limits`, `state_update` and `v8_number`.
 
 mod changes;
+mod encoding;
 pub mod limits;
 mod operation;
 mod queue;
@@ -18,8 +19,9 @@ pub mod v8_number;
 mod validation;
 
 pub use changes::{ChangeEvent, ChangeKind};
+pub use encoding::Encoding;
 pub use operation::{
-    Access, CounterKind, Encoding, Fence, NamespaceAccess, Operation, Precondition, Selector, SessionLink, WrittenKey,
+    Access, CounterKind, Fence, NamespaceAccess, Operation, Precondition, Selector, SessionLink, WrittenKey,
     QUEUE_NAMESPACE,
 };
 pub use queue::{EnqueueOptions, FinishedAs, MessageId, QueueDelivery};

@@ -6,27 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::encoding::Encoding;
 use crate::limits;
 use crate::queue::EnqueueOptions;
 use crate::MessageId;
-
-/// How a value's bytes are to be read; stored with the entry and returned
-/// unchanged.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub enum Encoding {
-    #[default]
-    Bytes,
-    Json,
-    Msgpack,
-    /// An application codec, named by the application.
-    Custom(String),
-    /// V8 ValueSerializer bytes: a Deno KV value (anything structured
-    /// cloning carries).
-    V8,
-    /// A little-endian unsigned 64-bit integer: Deno KV's `KvU64`, the only
-    /// encoding `Counter` operations combine.
-    Le64,
-}
 
 /// A condition on a key's current state that a write needs to go ahead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

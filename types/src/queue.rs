@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::encoding::Encoding;
 use crate::limits;
-use crate::operation::Encoding;
 
 /// A queue message's id: the log index that enqueued it and its place among
 /// that entry's enqueues.

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::operation::Encoding;
+use crate::encoding::Encoding;
 use crate::queue::{FinishedAs, QueueDelivery};
 use crate::MessageId;
 

@@ -2,8 +2,9 @@
 //! before sending, by the server before proposing and by apply (the log is
 //! a boundary too), with messages that name the field and the limit.
 
+use crate::encoding::Encoding;
 use crate::limits;
-use crate::operation::{Encoding, Operation};
+use crate::operation::Operation;
 use crate::{state_update, v8_number};
 
 impl Operation {

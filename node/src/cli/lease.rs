@@ -12,7 +12,7 @@ use clap::Subcommand;
 use lode_client::{Lease, LodeError};
 use serde_json::json;
 
-use crate::cli::{parse_duration, print_json, Endpoints};
+use super::helpers::{parse_duration, print_json, Endpoints};
 
 #[derive(Subcommand, Debug)]
 pub enum LeaseCommand {

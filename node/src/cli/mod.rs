@@ -1,14 +1,23 @@
 //! The command-line contract that scripts and docs rely on.
 
+mod bench;
+mod dev;
+mod helpers;
+mod kv;
+mod lease;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use lode_client::{Client, LodeError};
+use lode_client::LodeError;
 
-use crate::node::{Membership, Node, NodeConfig};
+use lode_node::config::{Membership, NodeConfig};
+use lode_node::node::Node;
+
+use helpers::{parse_duration, print_json, Endpoints, StopSignal};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -29,20 +38,20 @@ pub enum Commands {
     /// Run one cluster member.
     Node(NodeArguments),
     /// Run a local cluster on loopback with no configuration.
-    Dev(crate::dev::DevArguments),
+    Dev(dev::DevArguments),
     /// Read and write entries.
     #[command(subcommand)]
-    Kv(crate::kv_cli::KvCommand),
+    Kv(kv::KvCommand),
     /// Acquire, renew, release and show leases with fencing tokens.
     #[command(subcommand)]
-    Lease(crate::lease_cli::LeaseCommand),
+    Lease(lease::LeaseCommand),
     /// Follow the change feed: one JSON line per change, in commit order.
     Changes(ChangesArguments),
     /// Inspect and change the cluster's membership.
     #[command(subcommand)]
     Cluster(ClusterCommand),
     /// Measure throughput and latency against a running cluster.
-    Bench(crate::bench::BenchArguments),
+    Bench(bench::BenchArguments),
 }
 
 #[derive(Args, Debug)]
@@ -154,23 +163,6 @@ async fn run_changes(arguments: ChangesArguments) -> Result<ExitCode, LodeError>
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Args, Debug, Clone)]
-pub struct Endpoints {
-    /// Cluster endpoints, `host:port,...`.
-    #[arg(
-        long,
-        env = "LODE_ENDPOINTS",
-        default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
-    )]
-    pub endpoints: String,
-}
-
-impl Endpoints {
-    pub fn client(&self) -> Result<Client, LodeError> {
-        Client::connect(self.endpoints.split(','))
-    }
-}
-
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
     /// Leader, term, members and each member's applied index.
@@ -212,25 +204,6 @@ pub fn init_logging(arguments: &Arguments) {
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
         .try_init();
-}
-
-/// Parses `500ms`, `20s`, `5m`, `1h`, `7d` (a bare number is seconds).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text
-        .find(|character: char| !character.is_ascii_digit())
-        .map_or((text, "s"), |at| text.split_at(at));
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("duration {text:?} does not start with a number"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(number)),
-        "s" => Ok(Duration::from_secs(number)),
-        "m" => Ok(Duration::from_secs(number.saturating_mul(60))),
-        "h" => Ok(Duration::from_secs(number.saturating_mul(3600))),
-        "d" => Ok(Duration::from_secs(number.saturating_mul(86_400))),
-        _ => Err(format!("duration {text:?} has unit {unit:?}; use ms, s, m, h or d")),
-    }
 }
 
 /// Parses `1=host:port,2=host:port`.
@@ -283,11 +256,11 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     let http = match (&arguments.http, &arguments.access_token) {
         (Some(address), Some(token)) => {
             let listener = lode_client::facade::bind(address).await?;
-            let config = crate::http::HttpConfig {
+            let config = lode_node::http::HttpConfig {
                 node_address: node.address().to_owned(),
                 access_token: token.clone(),
             };
-            Some(crate::http::HttpServer::start(listener, config)?)
+            Some(lode_node::http::HttpServer::start(listener, config)?)
         }
         _ => None,
     };
@@ -298,47 +271,6 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     }
     node.shutdown().await;
     Ok(())
-}
-
-/// SIGTERM and Ctrl-C, listened for from the moment it is made, so a signal
-/// that arrives while a node is still starting is not lost (nor fatal).
-pub struct StopSignal {
-    terminate: Option<tokio::signal::unix::Signal>,
-}
-
-impl StopSignal {
-    pub fn install() -> Self {
-        let terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(terminate) => Some(terminate),
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the node");
-                None
-            }
-        };
-        Self { terminate }
-    }
-
-    /// Waits for SIGTERM or Ctrl-C.
-    pub async fn wait(mut self) {
-        match self.terminate.as_mut() {
-            Some(terminate) => {
-                tokio::select! {
-                    _ = terminate.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            None => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-}
-
-pub(crate) fn print_json(value: &serde_json::Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
-    );
 }
 
 async fn run_cluster(command: ClusterCommand) -> Result<ExitCode, LodeError> {
@@ -383,15 +315,15 @@ pub async fn run(arguments: Arguments) -> ExitCode {
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(|error| format!("{error:#}")),
-        Commands::Dev(dev) => crate::dev::run(dev)
+        Commands::Dev(dev) => dev::run(dev)
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(|error| format!("{error:#}")),
-        Commands::Lease(command) => crate::lease_cli::run(command).await.map_err(|error| error.to_string()),
+        Commands::Lease(command) => lease::run(command).await.map_err(|error| error.to_string()),
         Commands::Changes(arguments) => run_changes(arguments).await.map_err(|error| error.to_string()),
-        Commands::Kv(command) => crate::kv_cli::run(command).await.map_err(|error| error.to_string()),
+        Commands::Kv(command) => kv::run(command).await.map_err(|error| error.to_string()),
         Commands::Cluster(command) => run_cluster(command).await.map_err(|error| error.to_string()),
-        Commands::Bench(bench) => crate::bench::run(bench)
+        Commands::Bench(bench) => bench::run(bench)
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(|error| format!("{error:#}")),

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::http::{HttpConfig, HttpServer};
-use crate::node::{Membership, Node, NodeConfig};
+use lode_node::config::{Membership, NodeConfig};
+use lode_node::http::{HttpConfig, HttpServer};
+use lode_node::node::Node;
 
 #[derive(Args, Debug)]
 pub struct DevArguments {
@@ -40,7 +41,7 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
     let members: BTreeMap<u64, String> = (1..=arguments.nodes)
         .map(|id| (id, format!("127.0.0.1:{}", u64::from(arguments.base_port) + id)))
         .collect();
-    let stop = crate::cli::StopSignal::install();
+    let stop = super::helpers::StopSignal::install();
     let mut nodes = Vec::new();
     let mut http_ports = Vec::new();
     for (id, address) in &members {

@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use lode_client::Bounds;
 
-use crate::cli::Endpoints;
+use super::helpers::Endpoints;
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
@@ -40,7 +40,7 @@ pub struct BenchArguments {
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
     /// How long to run, e.g. `20s`, `500ms`, `2m`.
-    #[arg(long, default_value = "20s", value_parser = crate::cli::parse_duration)]
+    #[arg(long, default_value = "20s", value_parser = super::helpers::parse_duration)]
     pub duration: Duration,
     #[arg(long, value_enum, default_value = "put")]
     pub workload: Workload,

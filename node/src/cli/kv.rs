@@ -14,7 +14,7 @@ use lode_client::kv::SetBuilder;
 use lode_client::{Bounds, Consistency, Encoding, Entry, Kv, LodeError};
 use serde_json::{json, Value};
 
-use crate::cli::{parse_duration, print_json, Endpoints};
+use super::helpers::{parse_duration, print_json, Endpoints};
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub enum ConsistencyArgument {

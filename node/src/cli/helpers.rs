@@ -1,0 +1,85 @@
+//! What the command-line tool's commands share: the endpoints option,
+//! duration parsing, JSON output and the stop signal.
+
+use std::time::Duration;
+
+use clap::Args;
+use lode_client::{Client, LodeError};
+
+#[derive(Args, Debug, Clone)]
+pub struct Endpoints {
+    /// Cluster endpoints, `host:port,...`.
+    #[arg(
+        long,
+        env = "LODE_ENDPOINTS",
+        default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
+    )]
+    pub endpoints: String,
+}
+
+impl Endpoints {
+    pub fn client(&self) -> Result<Client, LodeError> {
+        Client::connect(self.endpoints.split(','))
+    }
+}
+
+/// Parses `500ms`, `20s`, `5m`, `1h`, `7d` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|character: char| !character.is_ascii_digit())
+        .map_or((text, "s"), |at| text.split_at(at));
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("duration {text:?} does not start with a number"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(number)),
+        "s" => Ok(Duration::from_secs(number)),
+        "m" => Ok(Duration::from_secs(number.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(number.saturating_mul(3600))),
+        "d" => Ok(Duration::from_secs(number.saturating_mul(86_400))),
+        _ => Err(format!("duration {text:?} has unit {unit:?}; use ms, s, m, h or d")),
+    }
+}
+
+/// SIGTERM and Ctrl-C, listened for from the moment it is made, so a signal
+/// that arrives while a node is still starting is not lost (nor fatal).
+pub struct StopSignal {
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignal {
+    pub fn install() -> Self {
+        let terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(terminate) => Some(terminate),
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the node");
+                None
+            }
+        };
+        Self { terminate }
+    }
+
+    /// Waits for SIGTERM or Ctrl-C.
+    pub async fn wait(mut self) {
+        match self.terminate.as_mut() {
+            Some(terminate) => {
+                tokio::select! {
+                    _ = terminate.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+}
+
+/// Prints a JSON value, pretty.
+pub fn print_json(value: &serde_json::Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}

@@ -1,0 +1,39 @@
+//! What a member's request handlers and background tasks share: Raft, the
+//! state reader, the read index, the proposer, peer connections, the
+//! configuration and the member's clock.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use lode_raft_store::{SelectedEngine, StateReader, TypeConfig};
+use openraft::Raft;
+
+use crate::clock::MemberClock;
+use crate::config::NodeConfig;
+use crate::network::PeerConnections;
+use crate::proposer::Proposer;
+use crate::reads::ReadIndex;
+
+/// What request handlers share.
+pub struct Shared {
+    pub id: u64,
+    pub raft: Raft<TypeConfig>,
+    pub reader: StateReader<SelectedEngine>,
+    pub read_index: ReadIndex,
+    pub proposer: Proposer,
+    pub peers: PeerConnections,
+    pub config: NodeConfig,
+    pub clock: MemberClock,
+    /// Requests being served; shutdown waits for them.
+    pub in_flight: Arc<()>,
+}
+
+/// Voter ids in the current membership.
+pub fn voter_ids(raft: &Raft<TypeConfig>) -> BTreeSet<u64> {
+    raft.metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .collect()
+}
