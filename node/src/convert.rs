@@ -4,24 +4,14 @@
 
 use lode_client::protocol::{self as wire};
 use lode_client::LodeError;
-use lode_raft_store::command::{Command, CommandV1, OpId, OperationResult, Rejection};
+use lode_raft_store::command::{OperationResult, Rejection};
 use lode_raft_store::StoredEntry;
 
-/// The command for a write request; the proposer stamps its time.
-pub fn command(request: &wire::WriteRequest) -> Command {
-    Command::V1(CommandV1 {
-        op_id: Some(OpId(request.op_id)),
-        time_micros: 0,
-        operations: request.operations.clone(),
-    })
-}
-
 /// Grants at most `ttl_micros_max` to every lease acquisition and renewal
-/// of a command, before it is proposed: the granted TTL is decided once, by
+/// of a write, before it is proposed: the granted TTL is decided once, by
 /// the leader, and logged.
-pub fn cap_lease_ttls(command: &mut Command, ttl_micros_max: u64) {
-    let Command::V1(command) = command;
-    for operation in &mut command.operations {
+pub fn cap_lease_ttls(operations: &mut [wire::Operation], ttl_micros_max: u64) {
+    for operation in operations {
         if let wire::Operation::AcquireLease { ttl_micros, .. } | wire::Operation::RenewLease { ttl_micros, .. } =
             operation
         {

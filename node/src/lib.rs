@@ -10,6 +10,7 @@ pub mod config;
 pub mod convert;
 pub mod embedded;
 pub mod http;
+pub mod leadership;
 pub mod network;
 pub mod node;
 pub mod proposer;

@@ -10,7 +10,7 @@ use lode_client::facade::Listener;
 use lode_client::protocol::{LodeService, LodeServiceRequest, LodeServiceResponse};
 use lode_client::rpc;
 use lode_client::Client;
-use lode_raft_store::command::{Command, CommandV1, Operation, Retention};
+use lode_raft_store::command::{Operation, Retention};
 use lode_raft_store::limits::SWEEP_ENTRIES_MAX;
 use lode_raft_store::{LogStore, RocksEngine, SelectedEngine, StateMachineStore, StateReader, TypeConfig};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
@@ -292,12 +292,7 @@ async fn sweep_expired(shared: Arc<Shared>) {
             Err(error) => tracing::error!(%error, "reading the queue's claims failed"),
         }
         for operation in operations {
-            let command = Command::V1(CommandV1 {
-                op_id: None,
-                time_micros: 0,
-                operations: vec![operation],
-            });
-            if let Err(error) = shared.proposer.propose(command).await {
+            if let Err(error) = shared.proposer.propose(None, vec![operation]).await {
                 tracing::debug!(%error, "sweep proposal failed; the next leader sweeps");
             }
         }

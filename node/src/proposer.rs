@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lode_client::error::{LeaderHint, MutationRecovery};
+use lode_client::error::MutationRecovery;
 use lode_client::LodeError;
-use lode_raft_store::command::{Command, CommandOutcome, OpId, Proposal, Retention};
+use lode_raft_store::command::{Command, CommandOutcome, CommandV1, OpId, Operation, Proposal, Retention};
 use lode_raft_store::TypeConfig;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft, ServerState};
@@ -57,12 +57,7 @@ pub struct Proposer {
 /// Maps openraft's write errors onto the wire's error kinds.
 pub fn write_error(error: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> LodeError {
     match error {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => LodeError::NotLeader {
-            hint: match (forward.leader_id, forward.leader_node) {
-                (Some(id), Some(node)) => Some(LeaderHint { id, address: node.addr }),
-                _ => None,
-            },
-        },
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => crate::leadership::not_leader(forward),
         RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => LodeError::Invalid(error.to_string()),
         RaftError::Fatal(fatal) => LodeError::Unavailable(format!("raft stopped: {fatal}")),
     }
@@ -90,11 +85,15 @@ impl Proposer {
         now.max(previous + 1)
     }
 
-    /// Proposes `command` (stamping it with the leader's time) and waits for
-    /// its outcome once applied.
-    pub async fn propose(&self, mut command: Command) -> Result<CommandOutcome, LodeError> {
-        let Command::V1(v1) = &mut command;
-        v1.time_micros = self.stamp();
+    /// Proposes the command of `operations` (with `op_id` when a client
+    /// sent one), stamped with the leader's time, and waits for its outcome
+    /// once applied.
+    pub async fn propose(&self, op_id: Option<OpId>, operations: Vec<Operation>) -> Result<CommandOutcome, LodeError> {
+        let command = Command::V1(CommandV1 {
+            op_id,
+            time_micros: self.stamp(),
+            operations,
+        });
         let keys = command.written_keys();
         let (reply, outcome) = oneshot::channel();
         self.waiting.try_send(Waiting { command, keys, reply }).map_err(|_| {

@@ -7,7 +7,6 @@
 //! for the next one, because a round that began before the read cannot prove
 //! that no newer leader existed when the read began.
 
-use lode_client::error::LeaderHint;
 use lode_client::LodeError;
 use lode_raft_store::injected_bugs::{self, InjectedBug};
 use lode_raft_store::TypeConfig;
@@ -29,12 +28,7 @@ pub struct ReadIndex {
 /// Maps openraft's leadership errors onto the wire's error kinds.
 pub fn leader_error(error: RaftError<u64, CheckIsLeaderError<u64, openraft::BasicNode>>) -> LodeError {
     match error {
-        RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)) => LodeError::NotLeader {
-            hint: match (forward.leader_id, forward.leader_node) {
-                (Some(id), Some(node)) => Some(LeaderHint { id, address: node.addr }),
-                _ => None,
-            },
-        },
+        RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)) => crate::leadership::not_leader(forward),
         RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(quorum)) => {
             LodeError::Unavailable(format!("no quorum confirmed the leader: {quorum}"))
         }

@@ -45,22 +45,27 @@ fn encode<T: Serialize>(value: &T) -> Result<ByteBuf, LodeError> {
 }
 
 impl NodeService {
-    /// The leader's id and address, when this node knows them and is not it.
-    fn leader_elsewhere(&self) -> Option<LeaderHint> {
-        let metrics = self.shared.raft.metrics().borrow().clone();
-        let leader = metrics.current_leader?;
-        if leader == self.shared.id {
-            return None;
-        }
-        let node = metrics.membership_config.membership().get_node(&leader)?.clone();
-        Some(LeaderHint {
-            id: leader,
-            address: node.addr,
-        })
-    }
-
     fn is_leader(&self) -> bool {
         self.shared.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// Serves `request` on the leader: forwarded there by `forward` when
+    /// another member leads, or by `local` here. The one place a request
+    /// takes the route to the leader.
+    async fn on_leader<R, T, F, FFut, L, LFut>(&self, request: R, forward: F, local: L) -> Result<T, LodeError>
+    where
+        F: FnOnce(ServiceClient, Context, R) -> FFut,
+        FFut: Future<Output = Result<Result<T, LodeError>, tarpc::client::RpcError>>,
+        L: FnOnce(R) -> LFut,
+        LFut: Future<Output = Result<T, LodeError>>,
+    {
+        match crate::leadership::leader_elsewhere(&self.shared) {
+            Some(hint) => {
+                self.forward(hint, |client, context| forward(client, context, request))
+                    .await
+            }
+            None => local(request).await,
+        }
     }
 
     /// Sends a request to the leader; on transport failure answers with a
@@ -81,9 +86,13 @@ impl NodeService {
 
     async fn write_on_leader(&self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
         lode_types::validate_client_write(&request.operations).map_err(LodeError::Invalid)?;
-        let mut command = convert::command(&request);
-        convert::cap_lease_ttls(&mut command, self.shared.config.lease_ttl_ms_max.saturating_mul(1000));
-        let outcome = match self.shared.proposer.propose(command).await {
+        let mut operations = request.operations.clone();
+        convert::cap_lease_ttls(
+            &mut operations,
+            self.shared.config.lease_ttl_ms_max.saturating_mul(1000),
+        );
+        let op_id = Some(lode_raft_store::OpId(request.op_id));
+        let outcome = match self.shared.proposer.propose(op_id, operations).await {
             Ok(outcome) => outcome,
             Err(LodeError::NotLeader { hint: Some(hint) }) if hint.id != self.shared.id => {
                 return self
@@ -113,10 +122,28 @@ impl NodeService {
     /// Answers a query from this replica's state as of `now_micros`,
     /// without waiting.
     fn answer(&self, query: &Query, now_micros: u64) -> Result<QueryResult, LodeError> {
-        self.answer_from_storage(query, now_micros).map_err(|error| {
-            tracing::error!(%error, "reading the state failed");
-            LodeError::Unavailable(format!("storage error: {error}"))
-        })?
+        self.answer_from_storage(query, now_micros).map_err(storage_error)?
+    }
+
+    /// One page of the change feed after `after`, from this replica.
+    fn change_page(
+        &self,
+        after: (u64, u32),
+        limit: u32,
+        namespace_prefix: &str,
+    ) -> Result<(Vec<lode_client::protocol::ChangeEvent>, (u64, u32)), LodeError> {
+        match self
+            .shared
+            .reader
+            .changes(after, limit as usize, namespace_prefix)
+            .map_err(storage_error)?
+        {
+            Ok(page) => Ok((page.events, page.resume_after)),
+            Err(compacted) => Err(LodeError::Compacted {
+                requested: compacted.requested,
+                trimmed_through: compacted.trimmed_through,
+            }),
+        }
     }
 
     fn answer_from_storage(
@@ -207,17 +234,9 @@ impl NodeService {
                 namespace_prefix,
                 limit,
                 ..
-            } => match reader.changes((*after_index, *after_sequence), *limit as usize, namespace_prefix)? {
-                Ok(page) => QueryResult::Changes {
-                    events: page.events,
-                    resume_after: page.resume_after,
-                },
-                Err(compacted) => {
-                    return Ok(Err(LodeError::Compacted {
-                        requested: compacted.requested,
-                        trimmed_through: compacted.trimmed_through,
-                    }))
-                }
+            } => match self.change_page((*after_index, *after_sequence), *limit, namespace_prefix) {
+                Ok((events, resume_after)) => QueryResult::Changes { events, resume_after },
+                Err(error) => return Ok(Err(error)),
             },
             Query::Lease { namespace, key } => {
                 QueryResult::Lease(reader.lease(namespace, key, now_micros)?.map(|lease| LeaseInfo {
@@ -245,22 +264,7 @@ impl NodeService {
         let mut cursor = after;
         loop {
             let position = reader.applied_index();
-            let query = Query::Changes {
-                after_index: cursor.0,
-                after_sequence: cursor.1,
-                namespace_prefix: namespace_prefix.to_owned(),
-                limit,
-                wait_ms: 0,
-            };
-            let QueryResult::Changes {
-                mut events,
-                resume_after,
-            } = self.answer(&query, self.shared.clock.now_micros())?
-            else {
-                return Err(LodeError::Unavailable(
-                    "a change read answered something else".to_owned(),
-                ));
-            };
+            let (mut events, resume_after) = self.change_page(cursor, limit, namespace_prefix)?;
             if let Some(filter) = filter {
                 events.retain(|event| filter.matches(event));
             }
@@ -291,16 +295,12 @@ impl NodeService {
         loop {
             let position = reader.applied_index();
             let now_micros = self.shared.clock.now_micros();
-            let result = self.answer(&Query::NextDelivery { wait_ms: 0 }, now_micros)?;
-            let due_in = match &result {
-                QueryResult::NextDelivery {
-                    due_at_micros: Some(due),
-                    ..
-                } => Some(Duration::from_micros(due.saturating_sub(now_micros))),
-                _ => None,
-            };
+            let due_at_micros = reader.next_queue_due_micros().map_err(storage_error)?;
+            let due_in = due_at_micros.map(|due| Duration::from_micros(due.saturating_sub(now_micros)));
+            let due_now = due_in.is_some_and(|due_in| due_in.is_zero());
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if due_in.is_some_and(|due_in| due_in.is_zero()) || remaining.is_zero() {
+            if due_now || remaining.is_zero() {
+                let result = QueryResult::NextDelivery { due_at_micros, due_now };
                 return Ok(ReadResponse { result, position });
             }
             let wait = due_in.map_or(remaining, |due_in| due_in.min(remaining));
@@ -371,17 +371,16 @@ impl NodeService {
                 self.read_local(&request)
             }
             Consistency::Linearizable => {
-                if let Some(hint) = self.leader_elsewhere() {
-                    return self
-                        .forward(
-                            hint,
-                            |client, context| async move { client.read(context, request).await },
-                        )
-                        .await;
-                }
-                let read_index = self.shared.read_index.read_index().await?;
-                self.wait_applied(read_index).await?;
-                self.read_local(&request)
+                self.on_leader(
+                    request,
+                    |client, context, request| async move { client.read(context, request).await },
+                    |request| async move {
+                        let read_index = self.shared.read_index.read_index().await?;
+                        self.wait_applied(read_index).await?;
+                        self.read_local(&request)
+                    },
+                )
+                .await
             }
         }
     }
@@ -524,58 +523,64 @@ impl NodeService {
     }
 
     async fn write_request(self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
-        if let Some(hint) = self.leader_elsewhere() {
-            return self
-                .forward(
-                    hint,
-                    |client, context| async move { client.write(context, request).await },
-                )
-                .await;
-        }
-        self.write_on_leader(request).await
+        self.on_leader(
+            request,
+            |client, context, request| async move { client.write(context, request).await },
+            |request| self.write_on_leader(request),
+        )
+        .await
     }
 
+    /// The leader's view of the cluster, or this member's own when the
+    /// leader cannot be asked.
     async fn leader_status(self) -> Result<ClusterStatus, LodeError> {
-        if let Some(hint) = self.leader_elsewhere() {
-            let forwarded = self
-                .forward(
-                    hint,
-                    |client, context| async move { client.cluster_status(context).await },
-                )
-                .await;
-            if let Ok(status) = forwarded {
-                return Ok(status);
-            }
-        }
-        Ok(self.local_status())
+        let status = self
+            .on_leader(
+                (),
+                |client, context, ()| async move { client.cluster_status(context).await },
+                |()| async { Ok(self.local_status()) },
+            )
+            .await;
+        Ok(status.unwrap_or_else(|_| self.local_status()))
     }
 
     async fn add_member_request(self, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
-        if let Some(hint) = self.leader_elsewhere() {
-            return self
-                .forward(hint, |client, context| async move {
-                    client.add_member(context, id, address).await
-                })
-                .await;
-        }
-        if !self.is_leader() {
-            return Err(LodeError::Unavailable("no leader is known yet".to_owned()));
-        }
-        self.add_member_on_leader(id, address).await
+        self.on_leader(
+            (id, address),
+            |client, context, (id, address)| async move { client.add_member(context, id, address).await },
+            |(id, address)| {
+                let service = self.clone();
+                async move {
+                    service.require_leader()?;
+                    service.add_member_on_leader(id, address).await
+                }
+            },
+        )
+        .await
     }
 
     async fn remove_member_request(self, id: u64) -> Result<ClusterStatus, LodeError> {
-        if let Some(hint) = self.leader_elsewhere() {
-            return self
-                .forward(hint, |client, context| async move {
-                    client.remove_member(context, id).await
-                })
-                .await;
+        self.on_leader(
+            id,
+            |client, context, id| async move { client.remove_member(context, id).await },
+            |id| {
+                let service = self.clone();
+                async move {
+                    service.require_leader()?;
+                    service.remove_member_on_leader(id).await
+                }
+            },
+        )
+        .await
+    }
+
+    /// `unavailable` unless this member leads (no leader is known).
+    fn require_leader(&self) -> Result<(), LodeError> {
+        if self.is_leader() {
+            Ok(())
+        } else {
+            Err(LodeError::Unavailable("no leader is known yet".to_owned()))
         }
-        if !self.is_leader() {
-            return Err(LodeError::Unavailable("no leader is known yet".to_owned()));
-        }
-        self.remove_member_on_leader(id).await
     }
 }
 
@@ -623,4 +628,11 @@ impl LodeService for NodeService {
     async fn raft(self, _: Context, kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError> {
         self.raft_message(kind, payload).await
     }
+}
+
+/// A storage failure while reading: logged here, once, and answered as
+/// `unavailable` (the member cannot trust its state).
+fn storage_error(error: lode_raft_store::EngineError) -> LodeError {
+    tracing::error!(%error, "reading the state failed");
+    LodeError::Unavailable(format!("storage error: {error}"))
 }
