@@ -114,3 +114,9 @@ impl LodeError {
         )
     }
 }
+
+/// The error for an answer of the wrong kind: a server bug, reported rather
+/// than trusted.
+pub(crate) fn unexpected(what: &str, answer: &impl std::fmt::Debug) -> LodeError {
+    LodeError::Unavailable(format!("the server answered {what} with {answer:?}"))
+}

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::codec::{Codec, JsonCodec, MsgpackCodec};
-use crate::error::LodeError;
+use crate::error::{unexpected, LodeError};
 use crate::protocol::{
     Capability, Consistency, Encoding, Entry, EntryMeta, Fence, LeaseInfo, Operation, OperationResult, Precondition,
     Query, QueryResult, ReadRequest, Selector, SessionLink, WriteRequest, WriteResponse,
@@ -39,12 +39,6 @@ pub struct Kv {
 
 /// Checks every operation's limits before anything is sent. Sweeps are
 /// the leader's own and never come from a client.
-/// The error for a result of the wrong kind: a server bug, reported rather
-/// than trusted.
-fn unexpected<T: std::fmt::Debug>(what: &str, result: &T) -> LodeError {
-    LodeError::Unavailable(format!("the server answered {what} with {result:?}"))
-}
-
 /// A granted or renewed lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lease {
@@ -148,23 +142,10 @@ impl Kv {
         }
     }
 
-    /// Sends an atomic write of `operations` with a fresh op id.
-    async fn write(&self, operations: Vec<Operation>) -> Result<Vec<OperationResult>, LodeError> {
-        self.client.require(Capability::Kv).await?;
-        let request = WriteRequest {
-            op_id: new_op_id(),
-            operations,
-        };
-        Ok(self.client.write(request).await?.results)
-    }
-
     /// Sends one operation as its own atomic write.
     async fn write_one(&self, operation: Operation) -> Result<OperationResult, LodeError> {
-        self.write(vec![operation])
-            .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| LodeError::Unavailable("the server answered a write with no result".to_owned()))
+        self.client.require(Capability::Kv).await?;
+        self.client.write_one(operation).await
     }
 
     async fn query(&self, query: Query, consistency: Consistency) -> Result<(QueryResult, u64), LodeError> {

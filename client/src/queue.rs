@@ -11,11 +11,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::error::LodeError;
-use crate::protocol::{
-    Consistency, Encoding, Operation, OperationResult, Query, QueryResult, ReadRequest, WriteRequest,
-};
-use crate::sdk::{new_op_id, Client};
+use crate::error::{unexpected, LodeError};
+use crate::protocol::{Consistency, Encoding, Operation, OperationResult, Query, QueryResult, ReadRequest};
+use crate::sdk::Client;
 
 pub use lode_types::{EnqueueOptions, FinishedAs, MessageId, QueueDelivery};
 
@@ -106,20 +104,6 @@ pub struct Queue {
     visibility: Duration,
 }
 
-fn single_result(results: Vec<OperationResult>) -> Result<OperationResult, LodeError> {
-    let mut results = results.into_iter();
-    match (results.next(), results.next()) {
-        (Some(result), None) => Ok(result),
-        _ => Err(LodeError::Unavailable(
-            "the server answered a single operation with another number of results".to_owned(),
-        )),
-    }
-}
-
-fn unexpected(result: impl std::fmt::Debug) -> LodeError {
-    LodeError::Unavailable(format!("the server answered a queue operation with {result:?}"))
-}
-
 impl Queue {
     pub(crate) fn new(client: Client) -> Self {
         Self {
@@ -142,11 +126,7 @@ impl Queue {
     }
 
     async fn write_one(&self, operation: Operation) -> Result<OperationResult, LodeError> {
-        let request = WriteRequest {
-            op_id: new_op_id(),
-            operations: vec![operation],
-        };
-        single_result(self.client.write(request).await?.results)
+        self.client.write_one(operation).await
     }
 
     /// Enqueues one message; its id is the log index that stored it and its
@@ -154,7 +134,7 @@ impl Queue {
     pub async fn enqueue(&self, message: &Message) -> Result<MessageId, LodeError> {
         match self.write_one(message.operation()?).await? {
             OperationResult::Enqueued { id } => Ok(id),
-            other => Err(unexpected(other)),
+            other => Err(unexpected("a queue operation", &other)),
         }
     }
 
@@ -163,7 +143,7 @@ impl Queue {
         let visibility_ms = u32::try_from(self.visibility.as_millis()).unwrap_or(u32::MAX);
         match self.write_one(Operation::ClaimMessage { visibility_ms }).await? {
             OperationResult::Claimed { delivery } => Ok(delivery),
-            other => Err(unexpected(other)),
+            other => Err(unexpected("a queue operation", &other)),
         }
     }
 
@@ -179,7 +159,7 @@ impl Queue {
         };
         match self.write_one(operation).await? {
             OperationResult::Finished { finished } => Ok(finished),
-            other => Err(unexpected(other)),
+            other => Err(unexpected("a queue operation", &other)),
         }
     }
 
@@ -194,7 +174,7 @@ impl Queue {
         };
         match self.client.read(request).await?.result {
             QueryResult::NextDelivery { due_now, .. } => Ok(due_now),
-            other => Err(unexpected(other)),
+            other => Err(unexpected("a queue operation", &other)),
         }
     }
 

@@ -376,6 +376,25 @@ impl Client {
         .await
     }
 
+    /// Sends one operation as its own atomic write with a fresh op id, and
+    /// answers its one result.
+    pub(crate) async fn write_one(
+        &self,
+        operation: crate::protocol::Operation,
+    ) -> Result<crate::protocol::OperationResult, LodeError> {
+        let request = WriteRequest {
+            op_id: new_op_id(),
+            operations: vec![operation],
+        };
+        let mut results = self.write(request).await?.results.into_iter();
+        match (results.next(), results.next()) {
+            (Some(result), None) => Ok(result),
+            _ => Err(LodeError::Unavailable(
+                "the server answered one operation with another number of results".to_owned(),
+            )),
+        }
+    }
+
     pub async fn read(&self, request: ReadRequest) -> Result<ReadResponse, LodeError> {
         request.query.validate().map_err(LodeError::Invalid)?;
         self.send(None, |client, context| {

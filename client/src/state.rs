@@ -9,9 +9,9 @@
 
 use serde_json::Value;
 
-use crate::error::LodeError;
-use crate::protocol::{Consistency, Operation, OperationResult, Query, QueryResult, ReadRequest, WriteRequest};
-use crate::sdk::{new_op_id, Client};
+use crate::error::{unexpected, LodeError};
+use crate::protocol::{Consistency, Operation, OperationResult, Query, QueryResult, ReadRequest};
+use crate::sdk::Client;
 
 pub use lode_types::state_update::{scope_namespace, UpdateOp, UpdateOpError, UpdatePath, SCOPE_NAMESPACE_PREFIX};
 
@@ -52,27 +52,13 @@ fn parse_json(what: &str, bytes: &[u8]) -> Result<Value, LodeError> {
     serde_json::from_slice(bytes).map_err(|error| LodeError::Invalid(format!("{what} is not valid JSON: {error}")))
 }
 
-fn unexpected(what: &str, result: impl std::fmt::Debug) -> LodeError {
-    LodeError::Unavailable(format!("the server answered {what} with {result:?}"))
-}
-
 impl State {
     pub(crate) fn new(client: Client) -> Self {
         Self { client }
     }
 
     async fn write_one(&self, operation: Operation) -> Result<OperationResult, LodeError> {
-        let request = WriteRequest {
-            op_id: new_op_id(),
-            operations: vec![operation],
-        };
-        let mut results = self.client.write(request).await?.results;
-        match (results.pop(), results.is_empty()) {
-            (Some(result), true) => Ok(result),
-            _ => Err(LodeError::Unavailable(
-                "the server answered one operation with another number of results".to_owned(),
-            )),
-        }
+        self.client.write_one(operation).await
     }
 
     /// Applies `ops` in order, in one log entry; failed ops are skipped and
@@ -101,7 +87,7 @@ impl State {
                 errors: serde_json::from_slice(&errors_json)
                     .map_err(|error| LodeError::Invalid(format!("the update's errors do not decode: {error}")))?,
             }),
-            other => Err(unexpected("a state update", other)),
+            other => Err(unexpected("a state update", &other)),
         }
     }
 
@@ -124,7 +110,7 @@ impl State {
         match self.client.read(request).await?.result {
             QueryResult::Entry(Some(entry)) => parse_json("the stored value", &entry.value),
             QueryResult::Entry(None) => Ok(Value::Null),
-            other => Err(unexpected("a state get", other)),
+            other => Err(unexpected("a state get", &other)),
         }
     }
 
@@ -141,7 +127,7 @@ impl State {
                 old_value: Some(bytes), ..
             } => parse_json("the deleted value", &bytes),
             OperationResult::Taken { old_value: None, .. } => Ok(Value::Null),
-            other => Err(unexpected("a state delete", other)),
+            other => Err(unexpected("a state delete", &other)),
         }
     }
 
@@ -170,7 +156,7 @@ impl State {
                         None => return Ok(values),
                     }
                 }
-                other => return Err(unexpected("a state list", other)),
+                other => return Err(unexpected("a state list", &other)),
             }
         }
     }
@@ -193,7 +179,7 @@ impl State {
                 scopes.dedup();
                 Ok(scopes)
             }
-            other => Err(unexpected("list_groups", other)),
+            other => Err(unexpected("list_groups", &other)),
         }
     }
 }
@@ -354,7 +340,7 @@ impl Trigger {
                     .filter(|event| self.condition.as_ref().is_none_or(|condition| condition(event)))
                     .collect())
             }
-            other => Err(unexpected("a trigger read", other)),
+            other => Err(unexpected("a trigger read", &other)),
         }
     }
 
