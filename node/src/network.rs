@@ -91,7 +91,8 @@ impl PeerClient {
         Response: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let payload = bincode::serialize(request).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        let payload = lode_types::binary::encode(request)
+            .map_err(|error| RPCError::Network(NetworkError::new(&TransportError(error))))?;
         let payload = ByteBuf::from(payload);
         let answer = self
             .connection
@@ -118,8 +119,8 @@ impl PeerClient {
                 return Err(RPCError::Network(NetworkError::new(&TransportError(detail))));
             }
         };
-        let decoded: Result<Response, RaftError<NodeId, E>> =
-            bincode::deserialize(&bytes).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        let decoded: Result<Response, RaftError<NodeId, E>> = lode_types::binary::decode(&bytes)
+            .map_err(|error| RPCError::Network(NetworkError::new(&TransportError(error))))?;
         decoded.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
     }
 }

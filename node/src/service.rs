@@ -35,11 +35,12 @@ pub struct NodeService {
 }
 
 fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, LodeError> {
-    bincode::deserialize(payload).map_err(|error| LodeError::Invalid(format!("raft payload does not decode: {error}")))
+    lode_types::binary::decode(payload)
+        .map_err(|error| LodeError::Invalid(format!("raft payload does not decode: {error}")))
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<ByteBuf, LodeError> {
-    bincode::serialize(value)
+    lode_types::binary::encode(value)
         .map(ByteBuf::from)
         .map_err(|error| LodeError::Unavailable(format!("cannot encode raft response: {error}")))
 }

@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{Encoding, SessionLink};
 
-/// The log id of the command that wrote an entry: where to find it in the
-/// log while the log still holds it.
+/// A place in the log (term and index): where an entry being applied sits,
+/// and, stored with every entry, the log id of the command that wrote it
+/// (where to find it while the log still holds it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceId {
     pub term: u64,

@@ -38,12 +38,12 @@ impl EngineError {
 /// Serializes a value for storage. Encoding our own types cannot fail short
 /// of a bug, which is still reported rather than panicking.
 pub(crate) fn encode<T: serde::Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, EngineError> {
-    bincode::serialize(value).map_err(|error| EngineError::corrupt(what, error))
+    lode_types::binary::encode(value).map_err(|error| EngineError::corrupt(what, error))
 }
 
 /// Deserializes a stored value, reporting which kind of record was corrupt.
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, EngineError> {
-    bincode::deserialize(bytes).map_err(|error| EngineError::corrupt(what, error))
+    lode_types::binary::decode(bytes).map_err(|error| EngineError::corrupt(what, error))
 }
 
 /// A storage failure on the way in, as openraft's error (it stops Raft).

@@ -11,9 +11,10 @@ use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{BasicNode, Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageError, StoredMembership};
 
 use crate::applied_index::AppliedIndex;
-use crate::apply::{apply_proposal, Position};
+use crate::apply::apply_proposal;
 use crate::command::ProposalOutcome;
 use crate::engine::{run_blocking, Durability, Engine, Space, WriteBatch};
+use crate::entry::SourceId;
 use crate::error::{decode, encode, read_error, write_error, EngineError};
 use crate::keys::meta;
 
@@ -135,7 +136,7 @@ impl<E: Engine> StateMachineStore<E> {
     }
 
     fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<ProposalOutcome, EngineError> {
-        let position = Position {
+        let position = SourceId {
             term: entry.log_id.leader_id.term,
             index: entry.log_id.index,
         };

@@ -251,13 +251,13 @@ fn current_encodings() -> Vec<(String, Vec<u8>)> {
     let mut encodings: Vec<(String, Vec<u8>)> = operations()
         .into_iter()
         .map(|(name, operation)| {
-            let bytes = bincode::serialize(&command(operation)).expect("a command encodes");
+            let bytes = lode_types::binary::encode(&command(operation)).expect("a command encodes");
             (format!("command.{name}"), bytes)
         })
         .collect();
     encodings.push((
         "log_entry".to_owned(),
-        bincode::serialize(&log_entry()).expect("a log entry encodes"),
+        lode_types::binary::encode(&log_entry()).expect("a log entry encodes"),
     ));
     encodings.push((
         "stored_snapshot".to_owned(),
@@ -310,10 +310,10 @@ fn every_stored_encoding_matches_its_golden_bytes_and_decodes_back() {
 fn golden_bytes_decode_to_the_values_they_were_made_from(golden: &BTreeMap<String, Vec<u8>>) {
     for (name, operation) in operations() {
         let bytes = &golden[&format!("command.{name}")];
-        let decoded: Command = bincode::deserialize(bytes).unwrap_or_else(|error| panic!("{name}: {error}"));
+        let decoded: Command = lode_types::binary::decode(bytes).unwrap_or_else(|error| panic!("{name}: {error}"));
         assert_eq!(decoded, command(operation), "{name}");
     }
-    let entry: Entry<TypeConfig> = bincode::deserialize(&golden["log_entry"]).expect("the log entry decodes");
+    let entry: Entry<TypeConfig> = lode_types::binary::decode(&golden["log_entry"]).expect("the log entry decodes");
     assert_eq!(entry.log_id, log_entry().log_id);
     match (entry.payload, log_entry().payload) {
         (EntryPayload::Normal(decoded), EntryPayload::Normal(made)) => assert_eq!(decoded, made),

@@ -7,6 +7,7 @@
 //! the crate root (the files below are private), or the public modules
 //! `limits`, `state_update` and `v8_number`.
 
+pub mod binary;
 mod changes;
 mod encoding;
 pub mod limits;

@@ -48,9 +48,9 @@ pub struct ServerFrame<Response> {
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
-    bincode::serialize(value).map_err(|error| format!("encoding a frame: {error}"))
+    lode_types::binary::encode(value).map_err(|error| format!("encoding a frame: {error}"))
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    bincode::deserialize(bytes).map_err(|error| format!("decoding a frame: {error}"))
+    lode_types::binary::decode(bytes).map_err(|error| format!("decoding a frame: {error}"))
 }

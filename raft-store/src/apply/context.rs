@@ -8,25 +8,18 @@ use crate::engine::{Engine, Space, WriteBatch};
 use crate::entry::{SourceId, StoredEntry};
 use crate::error::EngineError;
 
-/// Where an entry sits in the log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Position {
-    pub term: u64,
-    pub index: u64,
-}
-
 /// One entry's apply, command by command.
 pub(crate) struct ApplyContext<'a, E: Engine> {
     overlay: Overlay<'a, E>,
     /// The current command's writes.
     scratch: WriteBatch,
-    position: Position,
+    position: SourceId,
     /// The current command's time: `max(command time, last applied time)`.
     now_micros: u64,
 }
 
 impl<'a, E: Engine> ApplyContext<'a, E> {
-    pub(super) fn new(engine: &'a E, position: Position) -> Self {
+    pub(super) fn new(engine: &'a E, position: SourceId) -> Self {
         Self {
             overlay: Overlay::new(engine),
             scratch: WriteBatch::default(),
@@ -73,7 +66,7 @@ impl<'a, E: Engine> ApplyContext<'a, E> {
         self.now_micros
     }
 
-    pub(crate) fn position(&self) -> Position {
+    pub(crate) fn position(&self) -> SourceId {
         self.position
     }
 
@@ -82,11 +75,9 @@ impl<'a, E: Engine> ApplyContext<'a, E> {
         self.position.index
     }
 
+    /// Where the entry sits in the log: the source of what it writes.
     pub(crate) fn source(&self) -> SourceId {
-        SourceId {
-            term: self.position.term,
-            index: self.position.index,
-        }
+        self.position
     }
 
     /// A new stored entry written by this entry: its version and source.

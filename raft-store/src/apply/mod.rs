@@ -25,10 +25,9 @@ mod queue;
 mod state_updates;
 mod sweeps;
 
-pub use context::Position;
-
 use crate::command::{Command, CommandOutcome, CommandV1, Operation, OperationResult, Proposal, Rejection};
 use crate::engine::{Engine, WriteBatch};
+use crate::entry::SourceId;
 use crate::error::EngineError;
 use crate::injected_bugs::{self, InjectedBug};
 use checks::precondition_holds;
@@ -45,7 +44,7 @@ pub fn apply_proposal<E: Engine>(
     engine: &E,
     batch: &mut WriteBatch,
     proposal: &Proposal,
-    position: Position,
+    position: SourceId,
     clock_micros: u64,
 ) -> Result<(Vec<CommandOutcome>, u64), EngineError> {
     let mut context = ApplyContext::new(engine, position);
