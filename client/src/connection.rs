@@ -19,6 +19,9 @@ use crate::rpc;
 /// `raft_payload_entries_max` entries of `proposal_bytes_max` each (lode-node)
 /// plus framing. Snapshots travel in chunks far below it.
 pub const FRAME_BYTES_MAX: usize = 80 << 20;
+// A client's largest write (its bytes plus encoding overhead) fits in a
+// frame.
+const _: () = assert!(lode_types::limits::WRITE_BYTES_MAX + (1 << 20) < FRAME_BYTES_MAX);
 
 /// The length-delimited codec every Lode connection uses, client or server.
 pub fn codec() -> tokio_util::codec::length_delimited::Builder {

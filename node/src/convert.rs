@@ -53,19 +53,3 @@ pub fn entry_to_wire(key: Vec<u8>, entry: StoredEntry) -> wire::Entry {
         session: entry.session,
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use lode_raft_store::limits::WRITE_BYTES_MAX;
-
-    #[test]
-    fn a_full_raft_append_fits_in_one_frame() {
-        use crate::node::RAFT_PAYLOAD_ENTRIES_MAX;
-        use crate::proposer::PROPOSAL_BYTES_MAX;
-        // The largest proposal is the byte limit plus one write that started
-        // below it, plus encoding overhead per command.
-        let proposal_max = PROPOSAL_BYTES_MAX + WRITE_BYTES_MAX + 64 * 1024;
-        let append_max = RAFT_PAYLOAD_ENTRIES_MAX as usize * proposal_max;
-        assert!(append_max < lode_client::connection::FRAME_BYTES_MAX, "{append_max}");
-    }
-}

@@ -30,6 +30,14 @@ use crate::shared::Shared;
 /// it bounds the largest frame between peers.
 pub const RAFT_PAYLOAD_ENTRIES_MAX: u64 = 16;
 
+/// The largest proposal: the byte limit, plus one write that started below
+/// it, plus encoding overhead per command.
+const PROPOSAL_BYTES_LARGEST: usize =
+    crate::proposer::PROPOSAL_BYTES_MAX + lode_types::limits::WRITE_BYTES_MAX + 64 * 1024;
+// A full Raft append fits in one frame between peers.
+const _: () =
+    assert!(RAFT_PAYLOAD_ENTRIES_MAX as usize * PROPOSAL_BYTES_LARGEST < lode_client::connection::FRAME_BYTES_MAX);
+
 /// How long a log purge waits for the snapshot it follows to reach the
 /// disk (an install runs beside it); past that it purges what is covered.
 pub const PURGE_WAIT_FOR_SNAPSHOT: Duration = Duration::from_secs(30);

@@ -435,10 +435,11 @@ impl NodeService {
     }
 
     async fn add_member_on_leader(&self, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
-        if address.trim().is_empty() || address.len() > 255 {
-            return Err(LodeError::Invalid(
-                "address must be 1 to 255 bytes of host:port (address_bytes_max = 255)".to_owned(),
-            ));
+        use lode_types::limits::ADDRESS_BYTES_MAX;
+        if address.trim().is_empty() || address.len() > ADDRESS_BYTES_MAX {
+            return Err(LodeError::Invalid(format!(
+                "address must be 1 to {ADDRESS_BYTES_MAX} bytes of host:port (address_bytes_max = {ADDRESS_BYTES_MAX})"
+            )));
         }
         let existing = self
             .shared

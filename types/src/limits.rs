@@ -85,6 +85,47 @@ pub const DEDUP_RETENTION_MICROS_MAX: u64 = 7 * 24 * 3600 * 1_000_000;
 /// Most dedup records one apply prunes, so pruning never makes one apply slow.
 pub const DEDUP_PRUNE_PER_APPLY_MAX: usize = 64;
 
+/// Most checks in one Deno KV atomic write (Deno KV's limit).
+pub const DENO_CHECKS_PER_WRITE_MAX: usize = 10;
+/// Most mutations in one Deno KV atomic write (Deno KV's limit).
+pub const DENO_MUTATIONS_PER_WRITE_MAX: usize = 1000;
+/// Longest key a Deno KV write names, in bytes (Deno KV's limit).
+pub const DENO_WRITE_KEY_BYTES_MAX: usize = 2048;
+/// Largest Deno KV value, in bytes (Deno KV's limit).
+pub const DENO_VALUE_BYTES_MAX: usize = 65_536;
+/// Most bytes of keys and values in one Deno KV atomic write (Deno KV's
+/// limit).
+pub const DENO_WRITE_BYTES_MAX: usize = 819_200;
+
+// What Deno KV accepts, Lode's own limits accept: a Deno KV key, value or
+// write is never refused by a KV API limit after passing Deno KV's.
+const _: () = assert!(DENO_WRITE_KEY_BYTES_MAX <= KEY_BYTES_MAX);
+const _: () = assert!(DENO_VALUE_BYTES_MAX <= VALUE_BYTES_MAX);
+const _: () = assert!(DENO_WRITE_BYTES_MAX <= WRITE_BYTES_MAX);
+// A range bound may be one byte past the longest key (the end of a prefix).
+const _: () = assert!(RANGE_BOUND_BYTES_MAX == KEY_BYTES_MAX + 1);
+// The values a write holds fit in the write.
+const _: () = assert!(VALUE_BYTES_MAX <= WRITE_BYTES_MAX);
+
+/// Longest member address (`host:port`), in bytes.
+pub const ADDRESS_BYTES_MAX: usize = 255;
+
+/// The message for a field over its limit: "`field` is `amount`, over the
+/// limit `limit_name` = `limit`". `amount` carries its unit ("12 bytes").
+pub fn over_limit(
+    field: impl std::fmt::Display,
+    amount: impl std::fmt::Display,
+    limit_name: &str,
+    limit: impl std::fmt::Display,
+) -> String {
+    format!("{field} is {amount}, over the limit {limit_name} = {limit}")
+}
+
+/// `amount` bytes, for [`over_limit`].
+pub fn bytes(amount: usize) -> String {
+    format!("{amount} bytes")
+}
+
 /// Checks a namespace name against its limit; the message names the field.
 pub fn check_namespace(namespace: &str) -> Result<(), String> {
     if namespace.is_empty() {
@@ -94,9 +135,11 @@ pub fn check_namespace(namespace: &str) -> Result<(), String> {
         return Err("namespace must not start with a NUL character (reserved for Lode's own records)".to_owned());
     }
     if namespace.len() > NAMESPACE_BYTES_MAX {
-        return Err(format!(
-            "namespace is {} bytes, over the limit namespace_bytes_max = {NAMESPACE_BYTES_MAX}",
-            namespace.len()
+        return Err(over_limit(
+            "namespace",
+            bytes(namespace.len()),
+            "namespace_bytes_max",
+            NAMESPACE_BYTES_MAX,
         ));
     }
     Ok(())
@@ -121,9 +164,11 @@ pub fn check_name(field: &str, name: &str) -> Result<(), String> {
         return Err(format!("{field} must not contain a NUL character"));
     }
     if name.len() > SESSION_NAME_BYTES_MAX {
-        return Err(format!(
-            "{field} is {} bytes, over the limit session_name_bytes_max = {SESSION_NAME_BYTES_MAX}",
-            name.len()
+        return Err(over_limit(
+            field,
+            bytes(name.len()),
+            "session_name_bytes_max",
+            SESSION_NAME_BYTES_MAX,
         ));
     }
     Ok(())
@@ -135,9 +180,11 @@ pub fn check_holder(holder: &str) -> Result<(), String> {
         return Err("holder must not be empty".to_owned());
     }
     if holder.len() > HOLDER_BYTES_MAX {
-        return Err(format!(
-            "holder is {} bytes, over the limit holder_bytes_max = {HOLDER_BYTES_MAX}",
-            holder.len()
+        return Err(over_limit(
+            "holder",
+            bytes(holder.len()),
+            "holder_bytes_max",
+            HOLDER_BYTES_MAX,
         ));
     }
     Ok(())
@@ -159,10 +206,7 @@ pub fn check_key(key: &[u8]) -> Result<(), String> {
         return Err("key must not be empty".to_owned());
     }
     if key.len() > KEY_BYTES_MAX {
-        return Err(format!(
-            "key is {} bytes, over the limit key_bytes_max = {KEY_BYTES_MAX}",
-            key.len()
-        ));
+        return Err(over_limit("key", bytes(key.len()), "key_bytes_max", KEY_BYTES_MAX));
     }
     Ok(())
 }
@@ -170,9 +214,11 @@ pub fn check_key(key: &[u8]) -> Result<(), String> {
 /// Checks a value against its limit; the message names the field.
 pub fn check_value(value: &[u8]) -> Result<(), String> {
     if value.len() > VALUE_BYTES_MAX {
-        return Err(format!(
-            "value is {} bytes, over the limit value_bytes_max = {VALUE_BYTES_MAX}",
-            value.len()
+        return Err(over_limit(
+            "value",
+            bytes(value.len()),
+            "value_bytes_max",
+            VALUE_BYTES_MAX,
         ));
     }
     Ok(())

@@ -11,16 +11,10 @@ use denokv_proto::datapath as pb;
 use lode_client::protocol::{CounterKind, Encoding, KeyRange, Operation, Precondition};
 use lode_types::{EnqueueOptions, DENO_NAMESPACE};
 
-/// Most checks in one atomic write (Deno KV's limit).
-pub const CHECKS_PER_WRITE_MAX: usize = 10;
-/// Most mutations in one atomic write (Deno KV's limit).
-pub const MUTATIONS_PER_WRITE_MAX: usize = 1000;
-/// Longest key a write names, in bytes (Deno KV's limit).
-pub const WRITE_KEY_BYTES_MAX: usize = 2048;
-/// Largest value, in bytes (Deno KV's limit).
-pub const VALUE_BYTES_MAX: usize = 65_536;
-/// Most bytes of keys and values in one atomic write (Deno KV's limit).
-pub const WRITE_BYTES_MAX: usize = 819_200;
+use lode_types::limits::{
+    DENO_CHECKS_PER_WRITE_MAX, DENO_MUTATIONS_PER_WRITE_MAX, DENO_VALUE_BYTES_MAX, DENO_WRITE_BYTES_MAX,
+    DENO_WRITE_KEY_BYTES_MAX,
+};
 /// How long past its requested expiry an entry stays readable. Deno KV
 /// promises deletion some time after the deadline, never at it; the grace
 /// keeps an entry readable for a moment after its deadline whatever the
@@ -110,9 +104,9 @@ fn check_write_key(field: &str, key: &[u8]) -> Result<(), String> {
     if key.is_empty() {
         return Err(format!("{field} must not be empty"));
     }
-    if key.len() > WRITE_KEY_BYTES_MAX {
+    if key.len() > DENO_WRITE_KEY_BYTES_MAX {
         return Err(format!(
-            "{field} is {} bytes: key too large for write (max {WRITE_KEY_BYTES_MAX} bytes)",
+            "{field} is {} bytes: key too large for write (max {DENO_WRITE_KEY_BYTES_MAX} bytes)",
             key.len()
         ));
     }
@@ -120,9 +114,9 @@ fn check_write_key(field: &str, key: &[u8]) -> Result<(), String> {
 }
 
 fn check_value(field: &str, value: &[u8]) -> Result<(), String> {
-    if value.len() > VALUE_BYTES_MAX {
+    if value.len() > DENO_VALUE_BYTES_MAX {
         return Err(format!(
-            "{field} is {} bytes: value too large (max {VALUE_BYTES_MAX} bytes)",
+            "{field} is {} bytes: value too large (max {DENO_VALUE_BYTES_MAX} bytes)",
             value.len()
         ));
     }
@@ -143,15 +137,15 @@ fn le64_operand(field: &str, value: &pb::KvValue) -> Result<u64, String> {
 /// mutations, then enqueues. `now_ms` turns expiries into Lode's
 /// microseconds with [`EXPIRY_GRACE_MS`] added.
 pub fn write_operations(write: &pb::AtomicWrite) -> Result<Vec<Operation>, String> {
-    if write.checks.len() > CHECKS_PER_WRITE_MAX {
+    if write.checks.len() > DENO_CHECKS_PER_WRITE_MAX {
         return Err(format!(
-            "checks has {} items, over the limit of {CHECKS_PER_WRITE_MAX}",
+            "checks has {} items, over the limit of {DENO_CHECKS_PER_WRITE_MAX}",
             write.checks.len()
         ));
     }
-    if write.mutations.len() > MUTATIONS_PER_WRITE_MAX {
+    if write.mutations.len() > DENO_MUTATIONS_PER_WRITE_MAX {
         return Err(format!(
-            "mutations has {} items, over the limit of {MUTATIONS_PER_WRITE_MAX}",
+            "mutations has {} items, over the limit of {DENO_MUTATIONS_PER_WRITE_MAX}",
             write.mutations.len()
         ));
     }
@@ -268,9 +262,9 @@ pub fn write_operations(write: &pb::AtomicWrite) -> Result<Vec<Operation>, Strin
             options,
         });
     }
-    if size_bytes > WRITE_BYTES_MAX {
+    if size_bytes > DENO_WRITE_BYTES_MAX {
         return Err(format!(
-            "the write holds {size_bytes} bytes of keys and values: total mutation size too large (max {WRITE_BYTES_MAX} bytes)"
+            "the write holds {size_bytes} bytes of keys and values: total mutation size too large (max {DENO_WRITE_BYTES_MAX} bytes)"
         ));
     }
     Ok(operations)
