@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 pub use serde_bytes::ByteBuf;
 
 use crate::error::LodeError;
+use crate::limits::{bytes, over_limit};
 
 pub use lode_types::{
     ChangeEvent, ChangeKind, CounterKind, Encoding, Fence, KeyRange, Operation, OperationResult, Precondition,
@@ -216,9 +217,11 @@ impl Query {
                 ..
             } => {
                 if namespace_prefix.len() > NAMESPACE_BYTES_MAX {
-                    return Err(format!(
-                        "namespace_prefix is {} bytes, over the limit namespace_bytes_max = {NAMESPACE_BYTES_MAX}",
-                        namespace_prefix.len()
+                    return Err(over_limit(
+                        "namespace_prefix",
+                        bytes(namespace_prefix.len()),
+                        "namespace_bytes_max",
+                        NAMESPACE_BYTES_MAX,
                     ));
                 }
                 check_change_page(*limit, *wait_ms)
@@ -229,24 +232,18 @@ impl Query {
                 filter.validate()?;
                 check_change_page(*limit, *wait_ms)
             }
-            Query::NextDelivery { wait_ms } => {
-                use crate::limits::CHANGES_WAIT_MS_MAX;
-                if *wait_ms > CHANGES_WAIT_MS_MAX {
-                    return Err(format!(
-                        "wait_ms is {wait_ms}, over the limit changes_wait_ms_max = {CHANGES_WAIT_MS_MAX}"
-                    ));
-                }
-                Ok(())
-            }
+            Query::NextDelivery { wait_ms } => check_wait(*wait_ms),
             Query::Ranges { namespace, ranges } => {
                 check_namespace(namespace)?;
                 lode_types::validate_ranges(ranges)
             }
             Query::Namespaces { prefix } => {
                 if prefix.len() > NAMESPACE_BYTES_MAX {
-                    return Err(format!(
-                        "prefix is {} bytes, over the limit namespace_bytes_max = {NAMESPACE_BYTES_MAX}",
-                        prefix.len()
+                    return Err(over_limit(
+                        "prefix",
+                        bytes(prefix.len()),
+                        "namespace_bytes_max",
+                        NAMESPACE_BYTES_MAX,
                     ));
                 }
                 Ok(())
@@ -257,15 +254,24 @@ impl Query {
 
 /// Checks the page size and the wait of a change read.
 fn check_change_page(limit: u32, wait_ms: u64) -> Result<(), String> {
-    use crate::limits::{CHANGES_PAGE_EVENTS_MAX, CHANGES_WAIT_MS_MAX};
+    use crate::limits::CHANGES_PAGE_EVENTS_MAX;
     if limit == 0 || limit as usize > CHANGES_PAGE_EVENTS_MAX {
         return Err(format!(
             "limit must be 1 to changes_page_events_max = {CHANGES_PAGE_EVENTS_MAX}"
         ));
     }
+    check_wait(wait_ms)
+}
+
+/// Checks a server-side wait.
+fn check_wait(wait_ms: u64) -> Result<(), String> {
+    use crate::limits::CHANGES_WAIT_MS_MAX;
     if wait_ms > CHANGES_WAIT_MS_MAX {
-        return Err(format!(
-            "wait_ms is {wait_ms}, over the limit changes_wait_ms_max = {CHANGES_WAIT_MS_MAX}"
+        return Err(over_limit(
+            "wait_ms",
+            wait_ms,
+            "changes_wait_ms_max",
+            CHANGES_WAIT_MS_MAX,
         ));
     }
     Ok(())

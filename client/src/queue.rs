@@ -74,8 +74,11 @@ impl Message {
         use lode_types::limits::QUEUE_DELAY_MS_MAX;
         let delay_ms = u64::try_from(self.delay.as_millis()).unwrap_or(u64::MAX);
         if delay_ms > QUEUE_DELAY_MS_MAX {
-            return Err(LodeError::Invalid(format!(
-                "delay is {delay_ms} ms, over the limit queue_delay_ms_max = {QUEUE_DELAY_MS_MAX}"
+            return Err(LodeError::Invalid(lode_types::limits::over_limit(
+                "delay",
+                format!("{delay_ms} ms"),
+                "queue_delay_ms_max",
+                QUEUE_DELAY_MS_MAX,
             )));
         }
         let backoff_schedule_ms = self

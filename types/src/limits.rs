@@ -107,6 +107,17 @@ const _: () = assert!(RANGE_BOUND_BYTES_MAX == KEY_BYTES_MAX + 1);
 // The values a write holds fit in the write.
 const _: () = assert!(VALUE_BYTES_MAX <= WRITE_BYTES_MAX);
 
+/// Most segments of a State API update's nested path.
+pub const STATE_PATH_SEGMENTS_MAX: usize = 32;
+/// Longest segment of a State API path, in bytes.
+pub const STATE_PATH_SEGMENT_BYTES_MAX: usize = 256;
+/// Deepest JSON nesting of a value a State API merge produces.
+pub const STATE_VALUE_DEPTH_MAX: usize = 16;
+/// Most top-level keys of a value a State API merge produces.
+pub const STATE_MERGE_KEYS_MAX: usize = 1024;
+/// Most ops in one State API update.
+pub const STATE_UPDATE_OPS_MAX: usize = 1000;
+
 /// Longest member address (`host:port`), in bytes.
 pub const ADDRESS_BYTES_MAX: usize = 255;
 

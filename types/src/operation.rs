@@ -526,8 +526,11 @@ impl Selector {
         use crate::limits::KEY_BYTES_MAX;
         let check = |field: &str, length: usize| {
             if length > KEY_BYTES_MAX {
-                Err(format!(
-                    "{field} is {length} bytes, over the limit key_bytes_max = {KEY_BYTES_MAX}"
+                Err(limits::over_limit(
+                    field,
+                    limits::bytes(length),
+                    "key_bytes_max",
+                    KEY_BYTES_MAX,
                 ))
             } else {
                 Ok(())

@@ -22,9 +22,11 @@ impl KeyRange {
         use crate::limits::{RANGE_BOUND_BYTES_MAX, RANGE_ENTRIES_MAX};
         for (field, bound) in [("range start", &self.start), ("range end", &self.end)] {
             if bound.len() > RANGE_BOUND_BYTES_MAX {
-                return Err(format!(
-                    "{field} is {} bytes, over the limit range_bound_bytes_max = {RANGE_BOUND_BYTES_MAX}",
-                    bound.len()
+                return Err(limits::over_limit(
+                    field,
+                    limits::bytes(bound.len()),
+                    "range_bound_bytes_max",
+                    RANGE_BOUND_BYTES_MAX,
                 ));
             }
         }

@@ -13,16 +13,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// Most segments of a nested path.
-pub const PATH_SEGMENTS_MAX: usize = 32;
-/// Longest path segment, in bytes.
-pub const PATH_SEGMENT_BYTES_MAX: usize = 256;
-/// Deepest JSON nesting of a merged value.
-pub const VALUE_DEPTH_MAX: usize = 16;
-/// Most top-level keys of a merged value.
-pub const MERGE_KEYS_MAX: usize = 1024;
-/// Most operations in one update.
-pub const UPDATE_OPS_MAX: usize = 1000;
+use crate::limits::{
+    STATE_MERGE_KEYS_MAX, STATE_PATH_SEGMENTS_MAX, STATE_PATH_SEGMENT_BYTES_MAX, STATE_UPDATE_OPS_MAX,
+    STATE_VALUE_DEPTH_MAX,
+};
+
 /// Where the error codes are documented.
 pub const DOC_URL: &str = "https://iii.dev/docs/workers/iii-state#error-codes";
 
@@ -163,11 +158,11 @@ fn target<'a>(op: &'a UpdateOp) -> Result<Target<'a>, Failure> {
                 format!("Path segment '{segment}' is not allowed (prototype pollution)."),
             ));
         }
-        if segment.len() > PATH_SEGMENT_BYTES_MAX {
+        if segment.len() > STATE_PATH_SEGMENT_BYTES_MAX {
             return Err(fail(
                 format!("{name}.path.segment_too_long"),
                 format!(
-                    "Path segment is {} bytes, longer than {PATH_SEGMENT_BYTES_MAX}.",
+                    "Path segment is {} bytes, longer than {STATE_PATH_SEGMENT_BYTES_MAX}.",
                     segment.len()
                 ),
             ));
@@ -188,10 +183,13 @@ fn target<'a>(op: &'a UpdateOp) -> Result<Target<'a>, Failure> {
                     format!("{name} takes a first-level field name, not an array path."),
                 ));
             }
-            if segments.len() > PATH_SEGMENTS_MAX {
+            if segments.len() > STATE_PATH_SEGMENTS_MAX {
                 return Err(fail(
                     format!("{name}.path.too_deep"),
-                    format!("Path has {} segments, more than {PATH_SEGMENTS_MAX}.", segments.len()),
+                    format!(
+                        "Path has {} segments, more than {STATE_PATH_SEGMENTS_MAX}.",
+                        segments.len()
+                    ),
                 ));
             }
             for segment in segments {
@@ -220,17 +218,17 @@ fn check_merge_value(value: &Value) -> Result<&Map<String, Value>, Failure> {
             format!("Merge value must be an object, got {}.", type_name(value)),
         ));
     };
-    if depth(value) > VALUE_DEPTH_MAX {
+    if depth(value) > STATE_VALUE_DEPTH_MAX {
         return Err(fail(
             "merge.value.too_deep",
-            format!("Merge value nests deeper than {VALUE_DEPTH_MAX} levels."),
+            format!("Merge value nests deeper than {STATE_VALUE_DEPTH_MAX} levels."),
         ));
     }
-    if fields.len() > MERGE_KEYS_MAX {
+    if fields.len() > STATE_MERGE_KEYS_MAX {
         return Err(fail(
             "merge.value.too_many_keys",
             format!(
-                "Merge value has {} top-level keys, more than {MERGE_KEYS_MAX}.",
+                "Merge value has {} top-level keys, more than {STATE_MERGE_KEYS_MAX}.",
                 fields.len()
             ),
         ));
@@ -433,9 +431,9 @@ pub fn parse_ops(ops_json: &[u8]) -> Result<Vec<UpdateOp>, String> {
     if ops.is_empty() {
         return Err("ops must hold at least one update op".to_owned());
     }
-    if ops.len() > UPDATE_OPS_MAX {
+    if ops.len() > STATE_UPDATE_OPS_MAX {
         return Err(format!(
-            "ops has {} items, over the limit update_ops_max = {UPDATE_OPS_MAX}",
+            "ops has {} items, over the limit state_update_ops_max = {STATE_UPDATE_OPS_MAX}",
             ops.len()
         ));
     }
@@ -553,13 +551,13 @@ mod tests {
 
     #[test]
     fn every_error_code_of_the_table() {
-        let long = "x".repeat(PATH_SEGMENT_BYTES_MAX + 1);
-        let deep_path: Vec<String> = (0..=PATH_SEGMENTS_MAX).map(|index| format!("s{index}")).collect();
+        let long = "x".repeat(STATE_PATH_SEGMENT_BYTES_MAX + 1);
+        let deep_path: Vec<String> = (0..=STATE_PATH_SEGMENTS_MAX).map(|index| format!("s{index}")).collect();
         let mut deep_value = json!(1);
-        for _ in 0..=VALUE_DEPTH_MAX {
+        for _ in 0..=STATE_VALUE_DEPTH_MAX {
             deep_value = json!({ "d": deep_value });
         }
-        let many_keys: Map<String, Value> = (0..=MERGE_KEYS_MAX)
+        let many_keys: Map<String, Value> = (0..=STATE_MERGE_KEYS_MAX)
             .map(|index| (format!("k{index}"), json!(index)))
             .collect();
         let cases = [

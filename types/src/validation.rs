@@ -78,10 +78,11 @@ impl Operation {
                 for (field, bytes) in [("operand", Some(operand)), ("min", min.as_ref()), ("max", max.as_ref())] {
                     if let Some(bytes) = bytes {
                         if bytes.len() > limits::SUM_OPERAND_BYTES_MAX {
-                            return Err(format!(
-                                "the sum's {field} is {} bytes, over the limit sum_operand_bytes_max = {}",
-                                bytes.len(),
-                                limits::SUM_OPERAND_BYTES_MAX
+                            return Err(limits::over_limit(
+                                format!("the sum's {field}"),
+                                limits::bytes(bytes.len()),
+                                "sum_operand_bytes_max",
+                                limits::SUM_OPERAND_BYTES_MAX,
                             ));
                         }
                     }
