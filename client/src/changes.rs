@@ -56,9 +56,7 @@ impl Changes {
                 self.after = resume_after.max(self.after);
                 Ok(events)
             }
-            other => Err(LodeError::Unavailable(format!(
-                "the server answered a change read with {other:?}"
-            ))),
+            other => Err(crate::error::unexpected("a change read", &other)),
         }
     }
 

@@ -385,9 +385,7 @@ impl FencedLeaseClient {
     pub async fn release(&self, prepared: &PreparedMutation) -> Result<bool, LodeError> {
         match self.send(prepared, PreparedKind::Release).await?.results.first() {
             Some(OperationResult::ReleaseLease { released }) => Ok(*released),
-            other => Err(LodeError::Unavailable(format!(
-                "the server answered release with {other:?}"
-            ))),
+            other => Err(crate::error::unexpected("release", &other)),
         }
     }
 
@@ -395,9 +393,7 @@ impl FencedLeaseClient {
     pub async fn cas_fenced(&self, prepared: &PreparedMutation) -> Result<u64, LodeError> {
         match self.send(prepared, PreparedKind::CasFenced).await?.results.first() {
             Some(OperationResult::Set { version }) => Ok(*version),
-            other => Err(LodeError::Unavailable(format!(
-                "the server answered cas_fenced with {other:?}"
-            ))),
+            other => Err(crate::error::unexpected("cas_fenced", &other)),
         }
     }
 
@@ -418,9 +414,7 @@ impl FencedLeaseClient {
                 result: QueryResult::Entry(entry),
                 ..
             }) => Ok(entry),
-            Ok(other) => Err(LodeError::Unavailable(format!(
-                "the server answered get with {other:?}"
-            ))),
+            Ok(other) => Err(crate::error::unexpected("get", &other)),
             Err(LodeError::AmbiguousMutation { detail, .. }) | Err(LodeError::Timeout(detail)) => {
                 self.transport.reset().await;
                 Err(LodeError::Timeout(detail))

@@ -176,9 +176,11 @@ impl Query {
             Query::GetMany { namespace, keys } => {
                 check_namespace(namespace)?;
                 if keys.len() > GET_MANY_KEYS_MAX {
-                    return Err(format!(
-                        "keys has {} items, over the limit get_many_keys_max = {GET_MANY_KEYS_MAX}",
-                        keys.len()
+                    return Err(over_limit(
+                        "the number of keys",
+                        keys.len(),
+                        "get_many_keys_max",
+                        GET_MANY_KEYS_MAX,
                     ));
                 }
                 keys.iter().try_for_each(|key| check_key(key))

@@ -169,9 +169,7 @@ impl Client {
                 .into_iter()
                 .filter_map(|name| name.strip_prefix(prefix.as_str()).map(str::to_owned))
                 .collect()),
-            other => Err(LodeError::Unavailable(format!(
-                "the server answered kv_namespaces with {other:?}"
-            ))),
+            other => Err(crate::error::unexpected("kv_namespaces", &other)),
         }
     }
 
@@ -198,11 +196,7 @@ impl Client {
                         None => return Ok(written),
                     }
                 }
-                other => {
-                    return Err(LodeError::Unavailable(format!(
-                        "the server answered session_keys with {other:?}"
-                    )))
-                }
+                other => return Err(crate::error::unexpected("session_keys", &other)),
             }
         }
     }

@@ -32,9 +32,11 @@ impl EnqueueOptions {
     pub fn validate(&self) -> Result<(), String> {
         use limits::{QUEUE_BACKOFF_DELAYS_MAX, QUEUE_BACKOFF_DELAY_MS_MAX, QUEUE_UNDELIVERED_KEYS_MAX};
         if self.backoff_schedule_ms.len() > QUEUE_BACKOFF_DELAYS_MAX {
-            return Err(format!(
-                "backoff_schedule has {} delays, over the limit queue_backoff_delays_max = {QUEUE_BACKOFF_DELAYS_MAX}",
-                self.backoff_schedule_ms.len()
+            return Err(limits::over_limit(
+                "the number of backoff_schedule delays",
+                self.backoff_schedule_ms.len(),
+                "queue_backoff_delays_max",
+                QUEUE_BACKOFF_DELAYS_MAX,
             ));
         }
         if let Some(delay) = self
@@ -42,14 +44,19 @@ impl EnqueueOptions {
             .iter()
             .find(|delay| **delay > QUEUE_BACKOFF_DELAY_MS_MAX)
         {
-            return Err(format!(
-                "backoff_schedule holds {delay} ms, over the limit queue_backoff_delay_ms_max = {QUEUE_BACKOFF_DELAY_MS_MAX}"
+            return Err(limits::over_limit(
+                "a backoff_schedule delay",
+                format!("{delay} ms"),
+                "queue_backoff_delay_ms_max",
+                QUEUE_BACKOFF_DELAY_MS_MAX,
             ));
         }
         if self.keys_if_undelivered.len() > QUEUE_UNDELIVERED_KEYS_MAX {
-            return Err(format!(
-                "keys_if_undelivered has {} keys, over the limit queue_undelivered_keys_max = {QUEUE_UNDELIVERED_KEYS_MAX}",
-                self.keys_if_undelivered.len()
+            return Err(limits::over_limit(
+                "the number of keys_if_undelivered",
+                self.keys_if_undelivered.len(),
+                "queue_undelivered_keys_max",
+                QUEUE_UNDELIVERED_KEYS_MAX,
             ));
         }
         self.keys_if_undelivered

@@ -43,10 +43,11 @@ impl KeyRange {
 /// Checks the ranges of one range read.
 pub fn validate_ranges(ranges: &[KeyRange]) -> Result<(), String> {
     if ranges.len() > limits::RANGES_PER_READ_MAX {
-        return Err(format!(
-            "ranges has {} items, over the limit ranges_per_read_max = {}",
+        return Err(limits::over_limit(
+            "the number of ranges",
             ranges.len(),
-            limits::RANGES_PER_READ_MAX
+            "ranges_per_read_max",
+            limits::RANGES_PER_READ_MAX,
         ));
     }
     ranges.iter().try_for_each(KeyRange::validate)

@@ -432,9 +432,11 @@ pub fn parse_ops(ops_json: &[u8]) -> Result<Vec<UpdateOp>, String> {
         return Err("ops must hold at least one update op".to_owned());
     }
     if ops.len() > STATE_UPDATE_OPS_MAX {
-        return Err(format!(
-            "ops has {} items, over the limit state_update_ops_max = {STATE_UPDATE_OPS_MAX}",
-            ops.len()
+        return Err(crate::limits::over_limit(
+            "the number of ops",
+            ops.len(),
+            "state_update_ops_max",
+            STATE_UPDATE_OPS_MAX,
         ));
     }
     Ok(ops)

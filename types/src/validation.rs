@@ -195,10 +195,11 @@ pub fn validate_write(operations: &[Operation]) -> Result<(), String> {
         return Err("operations must not be empty".to_owned());
     }
     if operations.len() > limits::OPERATIONS_PER_WRITE_MAX {
-        return Err(format!(
-            "operations has {} items, over the limit operations_per_write_max = {}",
+        return Err(limits::over_limit(
+            "the number of operations",
             operations.len(),
-            limits::OPERATIONS_PER_WRITE_MAX
+            "operations_per_write_max",
+            limits::OPERATIONS_PER_WRITE_MAX,
         ));
     }
     for operation in operations {
@@ -206,9 +207,11 @@ pub fn validate_write(operations: &[Operation]) -> Result<(), String> {
     }
     let size_bytes = write_size_bytes(operations);
     if size_bytes > limits::WRITE_BYTES_MAX {
-        return Err(format!(
-            "the write holds {size_bytes} bytes of namespaces, keys and values, over the limit write_bytes_max = {}",
-            limits::WRITE_BYTES_MAX
+        return Err(limits::over_limit(
+            "the write's namespaces, keys and values",
+            limits::bytes(size_bytes),
+            "write_bytes_max",
+            limits::WRITE_BYTES_MAX,
         ));
     }
     Ok(())
