@@ -214,23 +214,7 @@ async fn messages_survive_a_leader_kill_and_a_vanished_listener() {
     cluster.restart(leader);
     cluster.wait_for_leader().await;
 
-    let delivered: Seen = Arc::default();
-    let record = delivered.clone();
-    let client = cluster.client();
-    let listener = tokio::spawn(async move {
-        client
-            .listen_queue(move |delivery| {
-                let record = record.clone();
-                async move {
-                    record
-                        .lock()
-                        .expect("record")
-                        .push((delivery.payload, delivery.attempt, Duration::ZERO));
-                    Ok::<(), String>(())
-                }
-            })
-            .await
-    });
+    let (delivered, listener) = spawn_recording_listener(cluster.client());
     wait_until("both messages after the leader change", || async {
         let delivered = delivered.lock().expect("delivered");
         (delivered.len() == 2).then_some(())
@@ -253,6 +237,27 @@ async fn messages_survive_a_leader_kill_and_a_vanished_listener() {
     cluster.assert_no_errors_except(&["unreachable", "connection refused", "Connection refused"]);
 }
 
+/// A listener that records every delivery and finishes it as delivered.
+fn spawn_recording_listener(client: lode_client::Client) -> (Seen, tokio::task::JoinHandle<Result<(), LodeError>>) {
+    let delivered: Seen = Arc::default();
+    let record = delivered.clone();
+    let listener = tokio::spawn(async move {
+        client
+            .listen_queue(move |delivery| {
+                let record = record.clone();
+                async move {
+                    record
+                        .lock()
+                        .expect("record")
+                        .push((delivery.payload, delivery.attempt, Duration::ZERO));
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+    });
+    (delivered, listener)
+}
+
 /// How long the idle-listener test watches the log.
 const IDLE_TIME: Duration = Duration::from_secs(30);
 
@@ -272,23 +277,7 @@ async fn an_idle_listener_leaves_the_log_where_it_was() {
     };
     let client = lode_client::Client::with_options(cluster.endpoints(), options).expect("client");
     let before = client.cluster_status().await.expect("status before");
-    let delivered: Seen = Arc::default();
-    let record = delivered.clone();
-    let listening = client.clone();
-    let listener = tokio::spawn(async move {
-        listening
-            .listen_queue(move |delivery| {
-                let record = record.clone();
-                async move {
-                    record
-                        .lock()
-                        .expect("record")
-                        .push((delivery.payload, delivery.attempt, Duration::ZERO));
-                    Ok::<(), String>(())
-                }
-            })
-            .await
-    });
+    let (delivered, listener) = spawn_recording_listener(client.clone());
     // The interval measured, not a wait for a condition.
     tokio::time::sleep(IDLE_TIME).await;
     assert!(!listener.is_finished(), "the listener ended: {:?}", listener.await);
