@@ -193,18 +193,12 @@ impl NodeService {
                 }
             }
             Query::Namespaces { prefix } => QueryResult::Namespaces(reader.namespaces(prefix, now_micros)?),
-            // Answered by `read_changes`, which waits; never from here.
-            Query::StateEvents { .. } => {
+            // Answered by `read_changes` and `read_next_delivery`, which
+            // wait; never from here.
+            Query::StateEvents { .. } | Query::NextDelivery { .. } => {
                 return Ok(Err(LodeError::Invalid(
-                    "state events are read through the change feed's wait".to_owned(),
+                    "state events and due queue messages are read through their waits".to_owned(),
                 )))
-            }
-            Query::NextDelivery { .. } => {
-                let due_at_micros = reader.next_queue_due_micros()?;
-                QueryResult::NextDelivery {
-                    due_at_micros,
-                    due_now: due_at_micros.is_some_and(|due| due <= now_micros),
-                }
             }
             Query::Ranges { namespace, ranges } => QueryResult::Ranges(
                 reader
