@@ -9,26 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Mutex;
-use tokio_util::codec::length_delimited::LengthDelimitedCodec;
 
 use crate::error::LodeError;
 use crate::protocol::ServiceClient;
 use crate::rpc;
-
-/// Largest frame on the wire, in bytes: room for a Raft append of
-/// `raft_payload_entries_max` entries of `proposal_bytes_max` each (lode-node)
-/// plus framing. Snapshots travel in chunks far below it.
-pub const FRAME_BYTES_MAX: usize = 80 << 20;
-// A client's largest write (its bytes plus encoding overhead) fits in a
-// frame.
-const _: () = assert!(lode_types::limits::WRITE_BYTES_MAX + (1 << 20) < FRAME_BYTES_MAX);
-
-/// The length-delimited codec every Lode connection uses, client or server.
-pub fn codec() -> tokio_util::codec::length_delimited::Builder {
-    let mut builder = LengthDelimitedCodec::builder();
-    builder.max_frame_length(FRAME_BYTES_MAX);
-    builder
-}
+use crate::tls::Transport;
 
 /// The context the service's generated client methods take. `rpc` does not
 /// send it: nothing on the wire is timed.
@@ -36,9 +21,14 @@ pub fn context() -> tarpc::context::Context {
     tarpc::context::current()
 }
 
-/// Dials `address` and starts a client channel on the connection.
-pub async fn dial(address: &str) -> std::io::Result<ServiceClient> {
+/// Dials `address` (with the TLS handshake when `transport` asks for it)
+/// and starts a client channel on the connection.
+pub async fn dial(address: &str, transport: &Transport) -> std::io::Result<ServiceClient> {
     let stream = crate::facade::connect(address).await?;
+    let stream = match transport {
+        Transport::Plain => stream,
+        Transport::Tls(tls) => tls.connect(stream, address).await?,
+    };
     Ok(ServiceClient::from(rpc::Channel::spawn(stream)))
 }
 
@@ -54,6 +44,7 @@ pub async fn dial(address: &str) -> std::io::Result<ServiceClient> {
 /// afresh. Calls still waiting on the old channel keep it until they end.
 pub struct Connection {
     address: String,
+    transport: Transport,
     client: Mutex<Option<Dialed>>,
     /// Answers received through this connection, any channel.
     answers: AtomicU64,
@@ -101,9 +92,10 @@ impl CallFailure {
 }
 
 impl Connection {
-    pub fn new(address: impl Into<String>) -> Self {
+    pub fn new(address: impl Into<String>, transport: Transport) -> Self {
         Self {
             address: address.into(),
+            transport,
             client: Mutex::new(None),
             answers: AtomicU64::new(0),
             suspect: AtomicU64::new(0),
@@ -119,14 +111,15 @@ impl Connection {
         let mut guard = self.client.lock().await;
         let suspect = self.suspect.load(Ordering::SeqCst);
         if let Some(dialed) = guard.as_ref() {
-            if suspect != dialed.generation + 1 {
+            let ended = crate::protocol::has_ended(&dialed.client);
+            if suspect != dialed.generation + 1 && !ended {
                 return Ok((dialed.client.clone(), dialed.generation));
             }
-            tracing::debug!(address = %self.address, "redialing a connection that answered nothing while calls waited");
+            tracing::debug!(address = %self.address, ended, "redialing a connection that ended or answered nothing while calls waited");
         }
         *guard = None;
         let generation = self.dials.fetch_add(1, Ordering::SeqCst);
-        let client = match tokio::time::timeout(timeout, dial(&self.address)).await {
+        let client = match tokio::time::timeout(timeout, dial(&self.address, &self.transport)).await {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => return Err(CallFailure::Dial(error.to_string())),
             Err(_) => return Err(CallFailure::Dial("connect timed out".to_owned())),

@@ -20,6 +20,7 @@ pub mod rpc;
 pub mod sdk;
 pub mod state;
 pub mod state_store;
+pub mod tls;
 
 pub use codec::{Codec, JsonCodec, MsgpackCodec};
 pub use error::{LodeError, MutationRecovery};

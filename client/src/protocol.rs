@@ -1,6 +1,8 @@
-//! The wire protocol: one service that every node serves on its one listen
-//! address, to clients and to peers alike. tarpc's macro declares it; the
-//! `rpc` module carries its requests and answers.
+//! The wire protocol: one service that every member serves on its client
+//! port and on its peer port. The client port refuses the `raft` call;
+//! the peer port, mutually authenticated when TLS is on, serves members
+//! only. tarpc's macro declares it; the `rpc` module carries its requests
+//! and answers.
 
 use serde::{Deserialize, Serialize};
 pub use serde_bytes::ByteBuf;
@@ -406,11 +408,67 @@ pub enum Capability {
     Forks,
 }
 
+/// A cluster's identity: created when the cluster is bootstrapped, stored
+/// by every member, carried by every Raft message and join. Binary formats
+/// carry the number; JSON carries its 32 hexadecimal digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterId(pub u128);
+
+impl Serialize for ClusterId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            serializer.serialize_str(&self.to_string())
+        } else {
+            serializer.serialize_u128(self.0)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ClusterId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if deserializer.is_human_readable() {
+            let text = String::deserialize(deserializer)?;
+            text.parse().map_err(serde::de::Error::custom)
+        } else {
+            u128::deserialize(deserializer).map(ClusterId)
+        }
+    }
+}
+
+impl std::fmt::Display for ClusterId {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "{:032x}", self.0)
+    }
+}
+
+impl std::str::FromStr for ClusterId {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.len() != 32 {
+            return Err(format!("cluster id {text:?} is not 32 hexadecimal digits"));
+        }
+        u128::from_str_radix(text, 16)
+            .map(ClusterId)
+            .map_err(|_| format!("cluster id {text:?} is not 32 hexadecimal digits"))
+    }
+}
+
+/// Where a member is reached: its peer port (members only) and its client
+/// port. An empty client address is one the member has not published yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberAddresses {
+    pub peer: String,
+    pub client: String,
+}
+
 /// One member as the cluster status reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberStatus {
     pub id: u64,
+    /// The member's client address (empty until it has published it).
     pub address: String,
+    pub peer_address: String,
     pub voter: bool,
     /// The last log index the leader knows the member holds (from the
     /// leader's replication state; the answering node's own last log index
@@ -423,6 +481,8 @@ pub struct MemberStatus {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterStatus {
+    /// The answering member's cluster; `None` before it has joined one.
+    pub cluster_id: Option<ClusterId>,
     pub answered_by: u64,
     pub leader: Option<u64>,
     pub term: u64,
@@ -458,11 +518,26 @@ pub trait LodeService {
     /// The cluster as the answering node itself sees it, never forwarded.
     async fn node_status() -> Result<ClusterStatus, LodeError>;
     /// Adds a member: as a learner first, then as a voter once caught up.
-    async fn add_member(id: u64, address: String) -> Result<ClusterStatus, LodeError>;
+    /// A member already present with the same peer address has its client
+    /// address updated (members publish their own this way). `cluster` is
+    /// the joining member's cluster, when it has one: another cluster's is
+    /// refused.
+    async fn add_member(
+        id: u64,
+        addresses: MemberAddresses,
+        cluster: Option<ClusterId>,
+    ) -> Result<ClusterStatus, LodeError>;
     async fn remove_member(id: u64) -> Result<ClusterStatus, LodeError>;
-    /// A Raft message from a peer, answered with openraft's response bytes.
-    async fn raft(kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError>;
+    /// A Raft message from a peer of cluster `cluster`, answered with
+    /// openraft's response bytes. Served on the peer port only.
+    async fn raft(cluster: ClusterId, kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError>;
 }
 
 /// The service's client over one `rpc` connection.
 pub type ServiceClient = LodeServiceClient<crate::rpc::Channel<LodeServiceRequest, LodeServiceResponse>>;
+
+/// Whether the connection under `client` has ended (a server closes an
+/// idle one): the next call should dial afresh rather than fail.
+pub(crate) fn has_ended(client: &ServiceClient) -> bool {
+    client.0.is_ended()
+}

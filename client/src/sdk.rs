@@ -12,9 +12,10 @@ use std::time::Duration;
 use crate::connection::{CallFailure, Connection};
 use crate::error::{LodeError, MutationRecovery};
 use crate::protocol::{
-    Capability, ClusterStatus, Consistency, Query, QueryResult, ReadRequest, ReadResponse, ServiceClient, SessionLink,
-    WriteRequest, WriteResponse,
+    Capability, ClusterStatus, Consistency, MemberAddresses, Query, QueryResult, ReadRequest, ReadResponse,
+    ServiceClient, SessionLink, WriteRequest, WriteResponse,
 };
+use crate::tls::{ClientTls, Transport};
 
 /// Keys per page when `session_keys` walks a session's writes.
 const SESSION_KEYS_PAGE: u32 = 1000;
@@ -35,6 +36,17 @@ pub struct ClientOptions {
     /// `kv_namespaces()` lists only this stream's names, without the prefix.
     /// `kv_unscoped` opts out for one handle.
     pub default_stream: Option<String>,
+    /// TLS towards the cluster's client ports; `None`: in the clear.
+    pub tls: Option<ClientTls>,
+}
+
+impl ClientOptions {
+    fn transport(&self) -> Transport {
+        match &self.tls {
+            Some(tls) => Transport::Tls(tls.clone()),
+            None => Transport::Plain,
+        }
+    }
 }
 
 impl Default for ClientOptions {
@@ -45,6 +57,7 @@ impl Default for ClientOptions {
             backoff_initial: Duration::from_millis(20),
             backoff_max: Duration::from_millis(500),
             default_stream: None,
+            tls: None,
         }
     }
 }
@@ -116,7 +129,7 @@ impl Client {
             .into_iter()
             .map(Into::into)
             .filter(|endpoint: &String| !endpoint.trim().is_empty())
-            .map(|endpoint| Arc::new(Connection::new(endpoint.trim())))
+            .map(|endpoint| Arc::new(Connection::new(endpoint.trim(), options.transport())))
             .collect();
         if connections.is_empty() {
             return Err(LodeError::Invalid(
@@ -249,7 +262,7 @@ impl Client {
         {
             Some(index) => index,
             None => {
-                connections.push(Arc::new(Connection::new(address)));
+                connections.push(Arc::new(Connection::new(address, self.inner.options.transport())));
                 connections.len() - 1
             }
         };
@@ -409,8 +422,9 @@ impl Client {
                 |client, context| async move { client.cluster_status(context).await },
             )
             .await?;
+        let transport = self.inner.options.transport();
         let asks = status.members.iter().map(|member| {
-            let connection = Connection::new(member.address.clone());
+            let connection = Connection::new(member.address.clone(), transport.clone());
             async move {
                 let answer = connection
                     .call(STATUS_MEMBER_TIMEOUT, |client, context| async move {
@@ -437,12 +451,17 @@ impl Client {
             .await
     }
 
-    /// Adds a member, as a learner until it has caught up, then as a voter.
-    pub async fn add_member(&self, id: u64, address: impl Into<String>) -> Result<ClusterStatus, LodeError> {
-        let address = address.into();
+    /// Adds a member reached by its peers at `peer_address`, as a learner
+    /// until it has caught up, then as a voter. The member publishes its
+    /// client address itself once it runs.
+    pub async fn add_member(&self, id: u64, peer_address: impl Into<String>) -> Result<ClusterStatus, LodeError> {
+        let addresses = MemberAddresses {
+            peer: peer_address.into(),
+            client: String::new(),
+        };
         self.send(None, |client, context| {
-            let address = address.clone();
-            async move { client.add_member(context, id, address).await }
+            let addresses = addresses.clone();
+            async move { client.add_member(context, id, addresses, None).await }
         })
         .await
     }

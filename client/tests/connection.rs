@@ -11,6 +11,7 @@ use lode_client::connection::Connection;
 use lode_client::facade::ByteStream;
 use lode_client::protocol::{Capability, LodeServiceRequest, LodeServiceResponse};
 use lode_client::rpc::{self, Handler};
+use lode_client::tls::Transport;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -65,9 +66,14 @@ async fn start_server(silent: usize) -> Server {
                     while matches!(stream.read(&mut sink).await, Ok(read) if read > 0) {}
                 });
             } else {
+                let limits = rpc::ServerLimits {
+                    frame_bytes_max: lode_types::limits::REQUEST_BYTES_MAX,
+                    idle: WAIT_MAX,
+                };
                 served.spawn(rpc::serve_connection(
                     Box::new(stream) as Box<dyn ByteStream>,
                     handler(),
+                    limits,
                 ));
             }
         }
@@ -95,7 +101,7 @@ async fn capabilities(connection: &Connection, timeout: Duration) -> Result<Vec<
 #[tokio::test]
 async fn a_call_dropped_on_a_silent_connection_makes_the_next_call_dial_again() {
     let server = start_server(1).await;
-    let connection = Connection::new(server.address.clone());
+    let connection = Connection::new(server.address.clone(), Transport::Plain);
     // The caller gives up long before the call's own timeout would fire.
     let given_up = tokio::time::timeout(CALLER_PATIENCE, capabilities(&connection, WAIT_MAX)).await;
     assert!(given_up.is_err(), "the silent connection answered: {given_up:?}");
@@ -113,7 +119,7 @@ async fn a_call_dropped_on_a_silent_connection_makes_the_next_call_dial_again() 
 #[tokio::test]
 async fn a_call_dropped_on_a_connection_that_answers_others_keeps_it() {
     let server = start_server(0).await;
-    let connection = Connection::new(server.address.clone());
+    let connection = Connection::new(server.address.clone(), Transport::Plain);
     assert_eq!(capabilities(&connection, WAIT_MAX).await, Ok(vec![Capability::Kv]));
     let hanging = connection.call(
         WAIT_MAX,
@@ -137,7 +143,7 @@ async fn a_call_dropped_on_a_connection_that_answers_others_keeps_it() {
 #[tokio::test]
 async fn a_timed_out_call_on_a_silent_connection_makes_the_next_call_dial_again() {
     let server = start_server(1).await;
-    let connection = Connection::new(server.address.clone());
+    let connection = Connection::new(server.address.clone(), Transport::Plain);
     let timed_out = capabilities(&connection, CALLER_PATIENCE).await;
     assert_eq!(timed_out, Err("the call failed: Timeout".to_owned()));
     assert_eq!(capabilities(&connection, WAIT_MAX).await, Ok(vec![Capability::Kv]));

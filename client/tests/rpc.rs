@@ -99,7 +99,7 @@ async fn start_server() -> Server {
             let handler = handler(dropped_sender.clone(), started_sender.clone());
             let ended = ended_sender.clone();
             served.spawn(async move {
-                rpc::serve_connection(Box::new(stream) as Box<dyn ByteStream>, handler).await;
+                rpc::serve_connection(Box::new(stream) as Box<dyn ByteStream>, handler, limits()).await;
                 let _ = ended.send(());
             });
         }
@@ -181,6 +181,7 @@ async fn a_lost_connection_fails_waiting_calls_and_later_ones() {
         rpc::serve_connection(
             Box::new(stream) as Box<dyn ByteStream>,
             handler(dropped_sender, started_sender),
+            limits(),
         )
         .await;
     });
@@ -276,4 +277,11 @@ async fn dropping_the_last_channel_closes_the_connection() {
     assert_eq!(clone.call("echo:y".to_owned()).await.expect("echo"), "y");
     drop(clone);
     within("the server to see the connection end", server.ended.recv()).await;
+}
+
+fn limits() -> rpc::ServerLimits {
+    rpc::ServerLimits {
+        frame_bytes_max: lode_types::limits::REQUEST_BYTES_MAX,
+        idle: std::time::Duration::from_secs(300),
+    }
 }

@@ -3,18 +3,23 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use lode_client::protocol::{ClusterId, MemberAddresses};
 use lode_raft_store::MemoryEngine;
+
+use crate::tls::MemberTls;
 
 /// How a node becomes part of a cluster on its first start.
 #[derive(Clone, Debug)]
 pub enum Membership {
-    /// Founding members by id and address; the smallest id initializes the
-    /// cluster when it has never been initialized.
+    /// Founding members by id and peer address; the smallest id
+    /// initializes the cluster when it has never been initialized.
     Bootstrap(BTreeMap<u64, String>),
-    /// Ask a running member (any) to add this node.
+    /// Ask a running member (any, by its peer address) to add this node.
     Join(String),
-    /// Restart only: the node's data says which cluster it belongs to.
+    /// The node's data says which cluster it belongs to (a restart), or
+    /// it waits to be added to the cluster it was told (`cluster_id`).
     Existing,
 }
 
@@ -29,11 +34,20 @@ pub enum Storage {
     Memory { log: MemoryEngine, state: MemoryEngine },
 }
 
+/// The cluster name when none is given.
+pub const CLUSTER_NAME_DEFAULT: &str = "lode";
+
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
     pub id: u64,
-    /// The address peers and clients use to reach this node.
-    pub advertise: String,
+    /// The addresses peers and clients use to reach this node.
+    pub advertise: MemberAddresses,
+    /// Tells founding clusters apart whose peer lists are the same; part
+    /// of the founding cluster id.
+    pub cluster_name: String,
+    /// The cluster a new member that neither founds nor joins through a
+    /// seed waits to be added to; it answers no other cluster's peers.
+    pub cluster_id: Option<ClusterId>,
     pub data_dir: PathBuf,
     pub storage: Storage,
     pub membership: Membership,
@@ -55,16 +69,28 @@ pub struct NodeConfig {
     pub change_log_events_max: u64,
     /// Most bytes of change events the cluster keeps while this node leads.
     pub change_log_bytes_max: u64,
+    /// TLS on every port and towards peers; `None`: in the clear.
+    pub tls: Option<Arc<MemberTls>>,
+    /// Connections the client port keeps open at once.
+    pub client_connections_max: usize,
+    /// Connections the peer port keeps open at once.
+    pub peer_connections_max: usize,
+    /// Longest TLS handshake on any port.
+    pub tls_handshake_ms_max: u64,
+    /// How long a connection with no call running may stay silent.
+    pub connection_idle_ms_max: u64,
     /// How far this member's clock is from the environment's. Zero in
     /// production (no flag sets it); the simulation skews members' clocks.
     pub clock_offset_micros: i64,
 }
 
 impl NodeConfig {
-    pub fn new(id: u64, advertise: impl Into<String>, data_dir: impl Into<PathBuf>, membership: Membership) -> Self {
+    pub fn new(id: u64, advertise: MemberAddresses, data_dir: impl Into<PathBuf>, membership: Membership) -> Self {
         Self {
             id,
-            advertise: advertise.into(),
+            advertise,
+            cluster_name: CLUSTER_NAME_DEFAULT.to_owned(),
+            cluster_id: None,
             data_dir: data_dir.into(),
             storage: Storage::Disk,
             membership,
@@ -78,6 +104,11 @@ impl NodeConfig {
             dedup_retention_ms: lode_raft_store::limits::DEDUP_RETENTION_MICROS / 1000,
             change_log_events_max: lode_raft_store::limits::CHANGE_EVENTS_MAX_DEFAULT,
             change_log_bytes_max: lode_raft_store::limits::CHANGE_BYTES_MAX_DEFAULT,
+            tls: None,
+            client_connections_max: crate::accept::CLIENT_CONNECTIONS_MAX_DEFAULT,
+            peer_connections_max: crate::accept::PEER_CONNECTIONS_MAX_DEFAULT,
+            tls_handshake_ms_max: crate::accept::TLS_HANDSHAKE_MS_MAX_DEFAULT,
+            connection_idle_ms_max: crate::accept::CONNECTION_IDLE_MS_MAX_DEFAULT,
             clock_offset_micros: 0,
         }
     }

@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lode_client::protocol::MemberAddresses;
 use lode_client::{Client, ClientOptions};
 
 use crate::config::{Membership, NodeConfig};
-use crate::node::Node;
+use crate::node::{Listeners, Node};
 
 /// How long opening waits for the member to lead its cluster.
 pub const EMBEDDED_START_WAIT: Duration = Duration::from_secs(30);
@@ -31,7 +32,8 @@ impl std::ops::Deref for Lode {
 
 impl Lode {
     /// Opens (or creates) the store under `directory`. The member serves on
-    /// a loopback port of its own choosing, reachable only from this host.
+    /// loopback ports of its own choosing (client and peer), reachable only
+    /// from this host.
     pub async fn open_embedded(directory: impl Into<PathBuf>) -> Result<Lode, anyhow::Error> {
         Self::open_embedded_with(directory, ClientOptions::default()).await
     }
@@ -41,11 +43,18 @@ impl Lode {
         directory: impl Into<PathBuf>,
         options: ClientOptions,
     ) -> Result<Lode, anyhow::Error> {
-        let listener = lode_client::facade::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?.to_string();
-        let members = BTreeMap::from([(1, address.clone())]);
-        let config = NodeConfig::new(1, address.clone(), directory, Membership::Bootstrap(members));
-        let node = Node::start(config, listener).await?;
+        let listeners = Listeners {
+            client: lode_client::facade::bind("127.0.0.1:0").await?,
+            peer: lode_client::facade::bind("127.0.0.1:0").await?,
+        };
+        let advertise = MemberAddresses {
+            peer: listeners.peer.local_addr()?.to_string(),
+            client: listeners.client.local_addr()?.to_string(),
+        };
+        let address = advertise.client.clone();
+        let members = BTreeMap::from([(1, advertise.peer.clone())]);
+        let config = NodeConfig::new(1, advertise, directory, Membership::Bootstrap(members));
+        let node = Node::start(config, listeners).await?;
         node.raft()
             .wait(Some(EMBEDDED_START_WAIT))
             .current_leader(1, "the embedded member leads")

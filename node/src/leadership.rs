@@ -5,31 +5,55 @@
 
 use lode_client::error::LeaderHint;
 use lode_client::LodeError;
+use lode_raft_store::Member;
 use openraft::error::ForwardToLeader;
-use openraft::BasicNode;
 
 use crate::shared::Shared;
 
-/// The leader's id and address, when this member knows them and is not it.
-pub fn leader_elsewhere(shared: &Shared) -> Option<LeaderHint> {
+/// The leader as this member knows it: where to forward to (its peer
+/// port), and the hint a client follows (its client port).
+#[derive(Clone, Debug)]
+pub struct Leader {
+    pub id: u64,
+    pub member: Member,
+}
+
+impl Leader {
+    /// The hint for the SDK; none while the leader's client address is
+    /// unpublished.
+    pub fn hint(&self) -> Option<LeaderHint> {
+        (!self.member.client_address.is_empty()).then(|| LeaderHint {
+            id: self.id,
+            address: self.member.client_address.clone(),
+        })
+    }
+}
+
+/// The leader, when this member knows it and is not it.
+pub fn leader_elsewhere(shared: &Shared) -> Option<Leader> {
     let metrics = shared.raft.metrics().borrow().clone();
     let leader = metrics.current_leader?;
     if leader == shared.id {
         return None;
     }
-    let node = metrics.membership_config.membership().get_node(&leader)?.clone();
-    Some(LeaderHint {
-        id: leader,
-        address: node.addr,
-    })
+    let member = metrics.membership_config.membership().get_node(&leader)?.clone();
+    Some(Leader { id: leader, member })
+}
+
+/// The leader openraft names, when it names one.
+pub fn named_leader(forward: &ForwardToLeader<u64, Member>) -> Option<Leader> {
+    match (forward.leader_id, &forward.leader_node) {
+        (Some(id), Some(member)) => Some(Leader {
+            id,
+            member: member.clone(),
+        }),
+        _ => None,
+    }
 }
 
 /// `not_leader`, with the leader openraft names when it names one.
-pub fn not_leader(forward: ForwardToLeader<u64, BasicNode>) -> LodeError {
+pub fn not_leader(forward: ForwardToLeader<u64, Member>) -> LodeError {
     LodeError::NotLeader {
-        hint: match (forward.leader_id, forward.leader_node) {
-            (Some(id), Some(node)) => Some(LeaderHint { id, address: node.addr }),
-            _ => None,
-        },
+        hint: named_leader(&forward).and_then(|leader| leader.hint()),
     }
 }

@@ -5,7 +5,9 @@
 //!
 //! This is the only crate that knows both the network and the storage.
 
+pub mod accept;
 pub mod clock;
+pub mod cluster_identity;
 pub mod config;
 pub mod convert;
 pub mod embedded;
@@ -17,6 +19,7 @@ pub mod proposer;
 pub mod reads;
 pub mod service;
 pub mod shared;
+pub mod tls;
 
 pub use config::NodeConfig;
 pub use embedded::Lode;

@@ -1,46 +1,60 @@
 //! openraft's network over the wire protocol: Raft messages travel as
-//! bincode bytes through the `raft` call of the same tarpc service clients
-//! use, on connections that are reused and redialed after any error.
+//! bincode bytes through the `raft` call of the service, to each peer's
+//! peer port, with this member's cluster id, on connections that are
+//! reused and redialed after any error.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use lode_client::connection::{CallFailure, Connection};
 use lode_client::protocol::{ByteBuf, RaftMessageKind};
-use lode_raft_store::{NodeId, TypeConfig};
+use lode_client::tls::Transport;
+use lode_raft_store::{Member, NodeId, TypeConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
-use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-/// Connections to peers by address, shared by every replication stream and
-/// by request forwarding.
-#[derive(Clone, Default)]
+use crate::cluster_identity::ClusterIdentity;
+
+/// Connections to peers' peer ports by address, shared by every
+/// replication stream and by request forwarding, all dialed with the
+/// member's own transport (its certificate, when TLS is on).
+#[derive(Clone)]
 pub struct PeerConnections {
     connections: Arc<Mutex<HashMap<String, Arc<Connection>>>>,
+    transport: Transport,
 }
 
 impl PeerConnections {
+    pub fn new(transport: Transport) -> Self {
+        Self {
+            connections: Arc::default(),
+            transport,
+        }
+    }
+
     pub fn get(&self, address: &str) -> Arc<Connection> {
         let mut connections = self.connections.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         connections
             .entry(address.to_owned())
-            .or_insert_with(|| Arc::new(Connection::new(address)))
+            .or_insert_with(|| Arc::new(Connection::new(address, self.transport.clone())))
             .clone()
     }
 }
 
 pub struct NetworkFactory {
     pub peers: PeerConnections,
+    pub cluster: Arc<ClusterIdentity>,
 }
 
 pub struct PeerClient {
     target: NodeId,
+    cluster: Arc<ClusterIdentity>,
     connection: Arc<Connection>,
     /// Whether the last call failed in transport, so that an outage is
     /// logged once when it starts and once when it ends.
@@ -50,10 +64,11 @@ pub struct PeerClient {
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+    async fn new_client(&mut self, target: NodeId, node: &Member) -> PeerClient {
         PeerClient {
             target,
-            connection: self.peers.get(&node.addr),
+            cluster: self.cluster.clone(),
+            connection: self.peers.get(&node.peer_address),
             failing: false,
         }
     }
@@ -85,7 +100,7 @@ impl PeerClient {
         kind: RaftMessageKind,
         request: &Request,
         option: &RPCOption,
-    ) -> Result<Response, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    ) -> Result<Response, RPCError<NodeId, Member, RaftError<NodeId, E>>>
     where
         Request: Serialize,
         Response: DeserializeOwned,
@@ -94,10 +109,14 @@ impl PeerClient {
         let payload = lode_types::binary::encode(request)
             .map_err(|error| RPCError::Network(NetworkError::new(&TransportError(error))))?;
         let payload = ByteBuf::from(payload);
+        let Some(cluster) = self.cluster.get() else {
+            let detail = "this member has no cluster id yet".to_owned();
+            return Err(RPCError::Unreachable(Unreachable::new(&TransportError(detail))));
+        };
         let answer = self
             .connection
             .call(option.hard_ttl(), |client, context| async move {
-                client.raft(context, kind, payload).await
+                client.raft(context, cluster, kind, payload).await
             })
             .await;
         let bytes = match answer {
@@ -130,7 +149,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         request: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId>>> {
         self.send(RaftMessageKind::AppendEntries, &request, &option).await
     }
 
@@ -138,7 +157,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         request: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId, InstallSnapshotError>>>
     {
         self.send(RaftMessageKind::InstallSnapshot, &request, &option).await
     }
@@ -147,7 +166,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         request: VoteRequest<NodeId>,
         option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId>>> {
         self.send(RaftMessageKind::Vote, &request, &option).await
     }
 }

@@ -9,21 +9,23 @@ use lode_client::connection;
 use lode_client::facade::Listener;
 use lode_client::protocol::{LodeService, LodeServiceRequest, LodeServiceResponse};
 use lode_client::rpc;
-use lode_client::Client;
+use lode_client::tls::Transport;
 use lode_raft_store::command::{Operation, Retention};
 use lode_raft_store::limits::SWEEP_ENTRIES_MAX;
-use lode_raft_store::{LogStore, RocksEngine, SelectedEngine, StateMachineStore, StateReader, TypeConfig};
-use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use lode_raft_store::{LogStore, Member, RocksEngine, SelectedEngine, StateMachineStore, StateReader, TypeConfig};
+use openraft::{Config, Raft, SnapshotPolicy};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::accept::{accept_loop, PortSettings, TlsPort};
 use crate::clock::MemberClock;
+use crate::cluster_identity::{founding_cluster_id, ClusterIdentity};
 use crate::config::{Membership, NodeConfig, Storage};
 use crate::network::{NetworkFactory, PeerConnections};
 use crate::proposer::Proposer;
 use crate::reads::ReadIndex;
-use crate::service::NodeService;
+use crate::service::{NodeService, Port};
 use crate::shared::Shared;
 
 /// Most log entries in one Raft append message; with `proposal_bytes_max`
@@ -36,25 +38,34 @@ const PROPOSAL_BYTES_LARGEST: usize =
     crate::proposer::PROPOSAL_BYTES_MAX + lode_types::limits::WRITE_BYTES_MAX + 64 * 1024;
 // A full Raft append fits in one frame between peers.
 const _: () =
-    assert!(RAFT_PAYLOAD_ENTRIES_MAX as usize * PROPOSAL_BYTES_LARGEST < lode_client::connection::FRAME_BYTES_MAX);
+    assert!(RAFT_PAYLOAD_ENTRIES_MAX as usize * PROPOSAL_BYTES_LARGEST < lode_client::rpc::PEER_FRAME_BYTES_MAX);
 
 /// How long a log purge waits for the snapshot it follows to reach the
 /// disk (an install runs beside it); past that it purges what is covered.
 pub const PURGE_WAIT_FOR_SNAPSHOT: Duration = Duration::from_secs(30);
 
+/// The two ports a member listens on.
+pub struct Listeners {
+    /// Clients: every call but `raft`.
+    pub client: Box<dyn Listener>,
+    /// Members: Raft, snapshots and forwarded requests.
+    pub peer: Box<dyn Listener>,
+}
+
 /// A running member.
 pub struct Node {
     shared: Arc<Shared>,
     address: String,
+    peer_address: String,
     stop_accepting: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Node {
     /// Opens storage under `config.data_dir`, starts Raft and serves on
-    /// `listener`. Returns once the node is serving; joining or bootstrapping
-    /// continues in the background.
-    pub async fn start(config: NodeConfig, listener: Box<dyn Listener>) -> Result<Self, anyhow::Error> {
+    /// `listeners`. Returns once the node is serving; joining or
+    /// bootstrapping continues in the background.
+    pub async fn start(config: NodeConfig, listeners: Listeners) -> Result<Self, anyhow::Error> {
         use lode_raft_store::limits::{DEDUP_RETENTION_MICROS_MAX, DEDUP_RETENTION_MICROS_MIN};
         let retention_micros = config.dedup_retention_ms.saturating_mul(1000);
         if !(DEDUP_RETENTION_MICROS_MIN..=DEDUP_RETENTION_MICROS_MAX).contains(&retention_micros) {
@@ -64,7 +75,8 @@ impl Node {
                 DEDUP_RETENTION_MICROS_MAX / 1_000_000
             );
         }
-        let address = listener.local_addr()?.to_string();
+        let address = listeners.client.local_addr()?.to_string();
+        let peer_address = listeners.peer.local_addr()?.to_string();
         let (log_engine, state_engine) = match &config.storage {
             Storage::Disk => {
                 std::fs::create_dir_all(&config.data_dir)?;
@@ -82,8 +94,11 @@ impl Node {
         let state_machine = StateMachineStore::open(state_engine)?;
         let reader = state_machine.reader();
         let snapshot_on_disk = state_machine.snapshot_on_disk();
+        let log_store = LogStore::new(log_engine).purging_only_behind(snapshot_on_disk, PURGE_WAIT_FOR_SNAPSHOT);
+        let cluster = Arc::new(ClusterIdentity::open(log_store.clone())?);
+        settle_cluster_id(&config, &cluster).await?;
         let raft_config = Config {
-            cluster_name: "lode".to_owned(),
+            cluster_name: config.cluster_name.clone(),
             heartbeat_interval: config.heartbeat_interval_ms,
             election_timeout_min: config.election_timeout_ms_min,
             election_timeout_max: config.election_timeout_ms_min * 2,
@@ -93,12 +108,18 @@ impl Node {
             ..Default::default()
         };
         let raft_config = Arc::new(raft_config.validate()?);
-        let peers = PeerConnections::default();
+        let peers = PeerConnections::new(match &config.tls {
+            Some(tls) => Transport::Tls(tls.peer_client()),
+            None => Transport::Plain,
+        });
         let raft = Raft::new(
             config.id,
             raft_config,
-            NetworkFactory { peers: peers.clone() },
-            LogStore::new(log_engine).purging_only_behind(snapshot_on_disk, PURGE_WAIT_FOR_SNAPSHOT),
+            NetworkFactory {
+                peers: peers.clone(),
+                cluster: cluster.clone(),
+            },
+            log_store,
             state_machine,
         )
         .await?;
@@ -121,28 +142,40 @@ impl Node {
             peers,
             config: config.clone(),
             clock,
+            cluster,
+            membership_changes: tokio::sync::Mutex::new(()),
             in_flight: Arc::new(()),
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);
         let tasks = vec![
-            tokio::spawn(serve(listener, shared.clone(), stop_receiver).instrument(span.clone())),
+            tokio::spawn(
+                serve(listeners.client, Port::Client, shared.clone(), stop_receiver.clone()).instrument(span.clone()),
+            ),
+            tokio::spawn(serve(listeners.peer, Port::Peer, shared.clone(), stop_receiver).instrument(span.clone())),
             tokio::spawn(sweep_expired(shared.clone()).instrument(span.clone())),
             tokio::spawn(enter_cluster(shared.clone()).instrument(span.clone())),
+            tokio::spawn(publish_client_address(shared.clone()).instrument(span.clone())),
             tokio::spawn(report_leadership(shared.clone()).instrument(span)),
         ];
-        tracing::info!(node = config.id, %address, "node serving");
+        tracing::info!(node = config.id, %address, %peer_address, "node serving");
         Ok(Self {
             shared,
             address,
+            peer_address,
             stop_accepting,
             tasks,
         })
     }
 
-    /// The address the node listens on.
+    /// The address the node serves clients on.
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// The address the node serves its peers on.
+    pub fn peer_address(&self) -> &str {
+        &self.peer_address
     }
 
     pub fn raft(&self) -> &Raft<TypeConfig> {
@@ -172,22 +205,38 @@ impl Node {
     }
 }
 
-async fn serve(listener: Box<dyn Listener>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            accepted = listener.accept() => accepted,
-            _ = stop.changed() => return,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(error) => {
-                tracing::warn!(%error, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let service = NodeService { shared: shared.clone() }.serve();
+async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, stop: watch::Receiver<bool>) {
+    let config = &shared.config;
+    let (tls_port, connections_max, frame_bytes_max, name) = match port {
+        Port::Client => (
+            TlsPort::Client,
+            config.client_connections_max,
+            lode_types::limits::REQUEST_BYTES_MAX,
+            "client",
+        ),
+        Port::Peer => (
+            TlsPort::Peer,
+            config.peer_connections_max,
+            rpc::PEER_FRAME_BYTES_MAX,
+            "peer",
+        ),
+    };
+    let settings = PortSettings {
+        tls: config.tls.clone().map(|tls| (tls, tls_port)),
+        connections_max,
+        tls_handshake: Duration::from_millis(config.tls_handshake_ms_max),
+        name,
+    };
+    let limits = rpc::ServerLimits {
+        frame_bytes_max,
+        idle: Duration::from_millis(config.connection_idle_ms_max),
+    };
+    let serve_one = move |stream, mut stop: watch::Receiver<bool>| {
+        let service = NodeService {
+            shared: shared.clone(),
+            port,
+        }
+        .serve();
         let handler: rpc::Handler<LodeServiceRequest, LodeServiceResponse> = Arc::new(move |request| {
             let service = service.clone();
             Box::pin(async move {
@@ -196,20 +245,18 @@ async fn serve(listener: Box<dyn Listener>, shared: Arc<Shared>, mut stop: watch
                     .map_err(|error| error.detail)
             })
         });
-        let mut stop_connection = stop.clone();
         // Both the connection and each call keep the node's span, so every
-        // request logs its node id.
-        let connection = async move {
-            // A malformed frame ends this connection; the node and every
-            // other connection carry on.
+        // request logs its node id. A malformed frame ends this connection;
+        // the node and every other connection carry on.
+        async move {
             tokio::select! {
                 biased;
-                _ = rpc::serve_connection(stream, handler) => {}
-                _ = stop_connection.changed() => {}
+                () = rpc::serve_connection(stream, handler, limits) => {}
+                _ = stop.wait_for(|stop| *stop) => {}
             }
-        };
-        tokio::spawn(connection.in_current_span());
-    }
+        }
+    };
+    accept_loop(listener, settings, stop, serve_one).await
 }
 
 /// Bootstraps or joins on first start; does nothing on a restart.
@@ -240,33 +287,140 @@ async fn enter_cluster(shared: Arc<Shared>) {
                 );
                 return;
             }
-            let nodes: BTreeMap<u64, BasicNode> = members
+            // The other founders publish their client addresses once they run.
+            let nodes: BTreeMap<u64, Member> = members
                 .iter()
-                .map(|(id, address)| (*id, BasicNode::new(address)))
+                .map(|(id, peer_address)| {
+                    let client_address = if *id == shared.id {
+                        shared.config.advertise.client.clone()
+                    } else {
+                        String::new()
+                    };
+                    (
+                        *id,
+                        Member {
+                            peer_address: peer_address.clone(),
+                            client_address,
+                        },
+                    )
+                })
                 .collect();
             match shared.raft.initialize(nodes).await {
                 Ok(()) => tracing::info!(node = shared.id, members = ?members, "initialized a new cluster"),
                 Err(error) => tracing::warn!(%error, "cluster initialization refused"),
             }
         }
-        Membership::Join(seed) => {
-            let client = match Client::connect([seed.clone()]) {
-                Ok(client) => client,
-                Err(error) => {
-                    tracing::error!(%error, %seed, "cannot join: bad seed address");
-                    return;
+        Membership::Join(seed) => join(&shared, &seed).await,
+    }
+}
+
+/// Asks the member at `seed` (its peer port) which cluster it belongs to,
+/// adopts that cluster, then asks to be added, until it is.
+async fn join(shared: &Shared, seed: &str) {
+    let connection = shared.peers.get(seed);
+    let timeout = Duration::from_millis(shared.config.forward_timeout_ms);
+    loop {
+        let status = connection
+            .call(
+                timeout,
+                |client, context| async move { client.node_status(context).await },
+            )
+            .await
+            .map_err(|failure| failure.into_error(seed))
+            .and_then(|answer| answer);
+        let cluster = match status.map(|status| status.cluster_id) {
+            Ok(Some(cluster)) => cluster,
+            Ok(None) => {
+                tracing::warn!(%seed, "the seed belongs to no cluster yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(%error, %seed, "join attempt failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if let Err(error) = shared.cluster.adopt(cluster).await {
+            tracing::error!(%error, %seed, "cannot join through this seed");
+            return;
+        }
+        let addresses = shared.config.advertise.clone();
+        let added = connection
+            .call(timeout, |client, context| async move {
+                client.add_member(context, shared.id, addresses, Some(cluster)).await
+            })
+            .await
+            .map_err(|failure| failure.into_error(seed))
+            .and_then(|answer| answer);
+        match added {
+            Ok(status) => {
+                tracing::info!(node = shared.id, leader = ?status.leader, "joined the cluster as a voter");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%error, %seed, "join attempt failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Settles this member's cluster id before Raft starts: the stored one,
+/// or, on a first start, the founding id or the one the operator gave. A
+/// member joining through a seed learns its id from the seed later.
+async fn settle_cluster_id(config: &NodeConfig, cluster: &ClusterIdentity) -> Result<(), anyhow::Error> {
+    let wanted = match &config.membership {
+        Membership::Bootstrap(founders) => Some(founding_cluster_id(&config.cluster_name, founders)),
+        Membership::Existing => config.cluster_id,
+        Membership::Join(_) => None,
+    };
+    match (cluster.get(), wanted) {
+        (Some(stored), Some(wanted)) if stored != wanted && config.cluster_id.is_some() => {
+            anyhow::bail!("this member belongs to cluster {stored}, not to cluster {wanted}")
+        }
+        (Some(_), _) => Ok(()),
+        (None, Some(wanted)) => Ok(cluster.adopt(wanted).await?),
+        (None, None) if matches!(config.membership, Membership::Existing) => anyhow::bail!(
+            "a new member needs --peers (found a cluster), --join (join through a member) \
+             or --cluster-id (wait to be added to that cluster)"
+        ),
+        (None, None) => Ok(()),
+    }
+}
+
+/// Keeps the membership's record of this member's client address equal to
+/// the one it advertises, so leader hints name it: founders start without
+/// one, and a member may move its client port across restarts. Looks
+/// again at every change of Raft's metrics, and retries failures after a
+/// pause.
+async fn publish_client_address(shared: Arc<Shared>) {
+    let service = NodeService {
+        shared: shared.clone(),
+        port: Port::Peer,
+    };
+    let mut metrics = shared.raft.metrics();
+    loop {
+        let recorded = metrics
+            .borrow_and_update()
+            .membership_config
+            .membership()
+            .get_node(&shared.id)
+            .cloned();
+        match recorded {
+            Some(recorded) if recorded.client_address != shared.config.advertise.client => {
+                let addresses = lode_client::protocol::MemberAddresses {
+                    peer: recorded.peer_address,
+                    client: shared.config.advertise.client.clone(),
+                };
+                if let Err(error) = service.publish(addresses).await {
+                    tracing::debug!(%error, "publishing the client address failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
                 }
-            };
-            loop {
-                match client.add_member(shared.id, shared.config.advertise.clone()).await {
-                    Ok(status) => {
-                        tracing::info!(node = shared.id, leader = ?status.leader, "joined the cluster as a voter");
-                        return;
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, %seed, "join attempt failed; retrying");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
+            }
+            _ => {
+                if metrics.changed().await.is_err() {
+                    return;
                 }
             }
         }

@@ -16,9 +16,9 @@ use std::time::Duration;
 use lode_client::error::MutationRecovery;
 use lode_client::LodeError;
 use lode_raft_store::command::{Command, CommandOutcome, CommandV1, OpId, Operation, Proposal, Retention};
-use lode_raft_store::TypeConfig;
+use lode_raft_store::{Member, TypeConfig};
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, Raft, ServerState};
+use openraft::{Raft, ServerState};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::clock::MemberClock;
@@ -55,7 +55,7 @@ pub struct Proposer {
 }
 
 /// Maps openraft's write errors onto the wire's error kinds.
-pub fn write_error(error: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> LodeError {
+pub fn write_error(error: RaftError<u64, ClientWriteError<u64, Member>>) -> LodeError {
     match error {
         RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => crate::leadership::not_leader(forward),
         RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => LodeError::Invalid(error.to_string()),

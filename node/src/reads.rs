@@ -26,7 +26,7 @@ pub struct ReadIndex {
 }
 
 /// Maps openraft's leadership errors onto the wire's error kinds.
-pub fn leader_error(error: RaftError<u64, CheckIsLeaderError<u64, openraft::BasicNode>>) -> LodeError {
+pub fn leader_error(error: RaftError<u64, CheckIsLeaderError<u64, lode_raft_store::Member>>) -> LodeError {
     match error {
         RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)) => crate::leadership::not_leader(forward),
         RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(quorum)) => {

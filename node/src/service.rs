@@ -9,29 +9,43 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lode_client::connection::CallFailure;
-use lode_client::error::LeaderHint;
 use lode_client::protocol::{
-    ByteBuf, Capability, ClusterStatus, Consistency, EntryMeta, LeaseInfo, LodeService, MemberStatus, Query,
-    QueryResult, RaftMessageKind, ReadRequest, ReadResponse, ServiceClient, StateEventFilter, WriteRequest,
-    WriteResponse,
+    ByteBuf, Capability, ClusterId, ClusterStatus, Consistency, EntryMeta, LeaseInfo, LodeService, MemberAddresses,
+    MemberStatus, Query, QueryResult, RaftMessageKind, ReadRequest, ReadResponse, ServiceClient, StateEventFilter,
+    WriteRequest, WriteResponse,
 };
 use lode_client::LodeError;
-use lode_raft_store::TypeConfig;
-use openraft::{BasicNode, ChangeMembers, ServerState};
+use lode_raft_store::{Member, TypeConfig};
+use openraft::{ChangeMembers, ServerState};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tarpc::context::Context;
 use tracing::Instrument;
 
 use crate::convert;
+use crate::leadership::Leader;
 use crate::shared::{voter_ids, Shared};
+
+/// The largest snapshot a member receives, in bytes: snapshots travel
+/// whole in memory.
+pub const SNAPSHOT_BYTES_MAX: u64 = 2 << 30;
 
 /// Most expired entries a status counts.
 pub const EXPIRED_COUNTED_MAX: usize = 10_000;
 
+/// Which of a member's ports a connection came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Port {
+    /// Clients: everything but `raft`.
+    Client,
+    /// Members (mutually authenticated when TLS is on): everything.
+    Peer,
+}
+
 #[derive(Clone)]
 pub struct NodeService {
     pub shared: Arc<Shared>,
+    pub port: Port,
 }
 
 fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, LodeError> {
@@ -61,27 +75,28 @@ impl NodeService {
         LFut: Future<Output = Result<T, LodeError>>,
     {
         match crate::leadership::leader_elsewhere(&self.shared) {
-            Some(hint) => {
-                self.forward(hint, |client, context| forward(client, context, request))
+            Some(leader) => {
+                self.forward(leader, |client, context| forward(client, context, request))
                     .await
             }
             None => local(request).await,
         }
     }
 
-    /// Sends a request to the leader; on transport failure answers with a
-    /// hint so the SDK can go there itself.
-    async fn forward<T, F, Fut>(&self, hint: LeaderHint, call: F) -> Result<T, LodeError>
+    /// Sends a request to the leader's peer port; when it cannot be
+    /// reached, answers with a hint so the SDK can go there itself.
+    async fn forward<T, F, Fut>(&self, leader: Leader, call: F) -> Result<T, LodeError>
     where
         F: FnOnce(ServiceClient, Context) -> Fut,
         Fut: Future<Output = Result<Result<T, LodeError>, tarpc::client::RpcError>>,
     {
-        let connection = self.shared.peers.get(&hint.address);
+        let address = &leader.member.peer_address;
+        let connection = self.shared.peers.get(address);
         let timeout = Duration::from_millis(self.shared.config.forward_timeout_ms);
         match connection.call(timeout, call).await {
             Ok(answer) => answer,
-            Err(CallFailure::Dial(_)) => Err(LodeError::NotLeader { hint: Some(hint) }),
-            Err(failure) => Err(failure.into_error(&hint.address)),
+            Err(CallFailure::Dial(_)) => Err(LodeError::NotLeader { hint: leader.hint() }),
+            Err(failure) => Err(failure.into_error(address)),
         }
     }
 
@@ -95,10 +110,14 @@ impl NodeService {
         let op_id = Some(lode_raft_store::OpId(request.op_id));
         let outcome = match self.shared.proposer.propose(op_id, operations).await {
             Ok(outcome) => outcome,
-            Err(LodeError::NotLeader { hint: Some(hint) }) if hint.id != self.shared.id => {
+            Err(error @ LodeError::NotLeader { .. }) => {
+                // Leadership moved while the write waited: forward it once.
+                let Some(leader) = crate::leadership::leader_elsewhere(&self.shared) else {
+                    return Err(error);
+                };
                 return self
                     .forward(
-                        hint,
+                        leader,
                         |client, context| async move { client.write(context, request).await },
                     )
                     .await;
@@ -399,7 +418,8 @@ impl NodeService {
                 };
                 MemberStatus {
                     id: *id,
-                    address: node.addr.clone(),
+                    address: node.client_address.clone(),
+                    peer_address: node.peer_address.clone(),
                     voter: voters.contains(id),
                     matched_index,
                     applied_index: itself
@@ -409,6 +429,7 @@ impl NodeService {
             })
             .collect();
         ClusterStatus {
+            cluster_id: self.shared.cluster.get(),
             answered_by: self.shared.id,
             leader: metrics.current_leader,
             term: metrics.current_term,
@@ -428,13 +449,17 @@ impl NodeService {
         }
     }
 
-    async fn add_member_on_leader(&self, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
-        use lode_types::limits::ADDRESS_BYTES_MAX;
-        if address.trim().is_empty() || address.len() > ADDRESS_BYTES_MAX {
-            return Err(LodeError::Invalid(format!(
-                "address must be 1 to {ADDRESS_BYTES_MAX} bytes of host:port (address_bytes_max = {ADDRESS_BYTES_MAX})"
-            )));
+    async fn add_member_on_leader(
+        &self,
+        id: u64,
+        addresses: MemberAddresses,
+        cluster: Option<ClusterId>,
+    ) -> Result<ClusterStatus, LodeError> {
+        check_addresses(&addresses)?;
+        if let Some(cluster) = cluster {
+            self.shared.cluster.check(cluster)?;
         }
+        let _changing = self.shared.membership_changes.lock().await;
         let existing = self
             .shared
             .raft
@@ -444,19 +469,26 @@ impl NodeService {
             .membership()
             .get_node(&id)
             .cloned();
+        let member = Member {
+            peer_address: addresses.peer.clone(),
+            client_address: addresses.client.clone(),
+        };
         match existing {
-            Some(node) if node.addr != address => {
+            Some(node) if node.peer_address != member.peer_address => {
                 return Err(LodeError::Invalid(format!(
-                    "member {id} already exists with address {}",
-                    node.addr
+                    "member {id} already exists with peer address {}",
+                    node.peer_address
                 )));
             }
-            Some(_) if voter_ids(&self.shared.raft).contains(&id) => return Ok(self.local_status()),
-            _ => {}
+            Some(node) => return self.publish_client_address(id, node, member).await,
+            None => {}
+        }
+        if cluster.is_none() {
+            self.check_candidate_cluster(&member.peer_address).await?;
         }
         self.shared
             .raft
-            .add_learner(id, BasicNode::new(address), true)
+            .add_learner(id, member, true)
             .await
             .map_err(crate::proposer::write_error)?;
         let voters = std::collections::BTreeSet::from([id]);
@@ -469,7 +501,68 @@ impl NodeService {
         Ok(self.local_status())
     }
 
+    /// A member already present: makes it a voter if it is not one yet,
+    /// and records the client address it published (an empty one changes
+    /// nothing). Only the client address changes this way: Raft keeps
+    /// reaching the member where it always has.
+    async fn publish_client_address(&self, id: u64, node: Member, member: Member) -> Result<ClusterStatus, LodeError> {
+        if !member.client_address.is_empty() && node.client_address != member.client_address {
+            self.require_settled_membership()?;
+            let nodes = std::collections::BTreeMap::from([(id, member)]);
+            self.shared
+                .raft
+                .change_membership(ChangeMembers::SetNodes(nodes), false)
+                .await
+                .map_err(crate::proposer::write_error)?;
+            tracing::info!(member = id, "member published its client address");
+        }
+        if !voter_ids(&self.shared.raft).contains(&id) {
+            let voters = std::collections::BTreeSet::from([id]);
+            self.shared
+                .raft
+                .change_membership(ChangeMembers::AddVoterIds(voters), false)
+                .await
+                .map_err(crate::proposer::write_error)?;
+        }
+        Ok(self.local_status())
+    }
+
+    /// `unavailable` while the last membership change is not applied here:
+    /// openraft would refuse the next one, logging an error.
+    fn require_settled_membership(&self) -> Result<(), LodeError> {
+        let metrics = self.shared.raft.metrics().borrow().clone();
+        let changed_at = metrics.membership_config.log_id().map(|log_id| log_id.index);
+        let applied = metrics.last_applied.map(|log_id| log_id.index);
+        if changed_at > applied {
+            return Err(LodeError::Unavailable(
+                "a membership change is still in progress".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Before an operator's `add_member`: the new member, asked on its peer
+    /// port, must belong to no cluster or to this one.
+    async fn check_candidate_cluster(&self, peer_address: &str) -> Result<(), LodeError> {
+        let connection = self.shared.peers.get(peer_address);
+        let timeout = Duration::from_millis(self.shared.config.forward_timeout_ms);
+        let status = connection
+            .call(
+                timeout,
+                |client, context| async move { client.node_status(context).await },
+            )
+            .await
+            .map_err(|failure| failure.into_error(peer_address))??;
+        match (status.cluster_id, self.shared.cluster.get()) {
+            (Some(theirs), Some(ours)) if theirs != ours => Err(LodeError::Invalid(format!(
+                "the member at {peer_address} belongs to cluster {theirs}, not to this cluster ({ours})"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     async fn remove_member_on_leader(&self, id: u64) -> Result<ClusterStatus, LodeError> {
+        let _changing = self.shared.membership_changes.lock().await;
         let membership = self
             .shared
             .raft
@@ -496,13 +589,25 @@ impl NodeService {
         Ok(self.local_status())
     }
 
-    async fn raft_message(&self, kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError> {
+    async fn raft_message(
+        &self,
+        cluster: ClusterId,
+        kind: RaftMessageKind,
+        payload: ByteBuf,
+    ) -> Result<ByteBuf, LodeError> {
+        if self.port != Port::Peer {
+            return Err(LodeError::Invalid(
+                "the raft call is served on the peer port only".to_owned(),
+            ));
+        }
+        self.shared.cluster.check(cluster)?;
         let raft = &self.shared.raft;
         match kind {
             RaftMessageKind::AppendEntries => encode(&raft.append_entries(decode(&payload)?).await),
             RaftMessageKind::Vote => encode(&raft.vote(decode(&payload)?).await),
             RaftMessageKind::InstallSnapshot => {
                 let request: openraft::raft::InstallSnapshotRequest<TypeConfig> = decode(&payload)?;
+                check_snapshot_chunk(&request)?;
                 encode(&raft.install_snapshot(request).await)
             }
         }
@@ -540,15 +645,22 @@ impl NodeService {
         Ok(status.unwrap_or_else(|_| self.local_status()))
     }
 
-    async fn add_member_request(self, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
+    async fn add_member_request(
+        self,
+        id: u64,
+        addresses: MemberAddresses,
+        cluster: Option<ClusterId>,
+    ) -> Result<ClusterStatus, LodeError> {
         self.on_leader(
-            (id, address),
-            |client, context, (id, address)| async move { client.add_member(context, id, address).await },
-            |(id, address)| {
+            (id, addresses, cluster),
+            |client, context, (id, addresses, cluster)| async move {
+                client.add_member(context, id, addresses, cluster).await
+            },
+            |(id, addresses, cluster)| {
                 let service = self.clone();
                 async move {
                     service.require_leader()?;
-                    service.add_member_on_leader(id, address).await
+                    service.add_member_on_leader(id, addresses, cluster).await
                 }
             },
         )
@@ -568,6 +680,15 @@ impl NodeService {
             },
         )
         .await
+    }
+
+    /// Records this member's own addresses through the leader (its client
+    /// address, published).
+    pub async fn publish(&self, addresses: MemberAddresses) -> Result<ClusterStatus, LodeError> {
+        let cluster = self.shared.cluster.get();
+        self.clone()
+            .add_member_request(self.shared.id, addresses, cluster)
+            .await
     }
 
     /// `unavailable` unless this member leads (no leader is known).
@@ -609,10 +730,16 @@ impl LodeService for NodeService {
         Ok(self.local_status())
     }
 
-    async fn add_member(self, _context: Context, id: u64, address: String) -> Result<ClusterStatus, LodeError> {
+    async fn add_member(
+        self,
+        _context: Context,
+        id: u64,
+        addresses: MemberAddresses,
+        cluster: Option<ClusterId>,
+    ) -> Result<ClusterStatus, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
         let span = self.request_span("add_member");
-        self.add_member_request(id, address).instrument(span).await
+        self.add_member_request(id, addresses, cluster).instrument(span).await
     }
 
     async fn remove_member(self, _context: Context, id: u64) -> Result<ClusterStatus, LodeError> {
@@ -621,9 +748,44 @@ impl LodeService for NodeService {
         self.remove_member_request(id).instrument(span).await
     }
 
-    async fn raft(self, _: Context, kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError> {
-        self.raft_message(kind, payload).await
+    async fn raft(
+        self,
+        _: Context,
+        cluster: ClusterId,
+        kind: RaftMessageKind,
+        payload: ByteBuf,
+    ) -> Result<ByteBuf, LodeError> {
+        self.raft_message(cluster, kind, payload).await
     }
+}
+
+/// A snapshot chunk lands in memory at the offset it names: one past the
+/// largest snapshot a member takes is refused before openraft writes it.
+fn check_snapshot_chunk(request: &openraft::raft::InstallSnapshotRequest<TypeConfig>) -> Result<(), LodeError> {
+    let end = request.offset.saturating_add(request.data.len() as u64);
+    if end > SNAPSHOT_BYTES_MAX {
+        return Err(LodeError::Invalid(format!(
+            "a snapshot chunk ending at byte {end} is past the largest snapshot of {SNAPSHOT_BYTES_MAX} bytes \
+             (snapshot_bytes_max)"
+        )));
+    }
+    Ok(())
+}
+
+/// Both addresses are bounded; the peer address must be given.
+fn check_addresses(addresses: &MemberAddresses) -> Result<(), LodeError> {
+    use lode_types::limits::ADDRESS_BYTES_MAX;
+    if addresses.peer.trim().is_empty() || addresses.peer.len() > ADDRESS_BYTES_MAX {
+        return Err(LodeError::Invalid(format!(
+            "peer address must be 1 to {ADDRESS_BYTES_MAX} bytes of host:port (address_bytes_max = {ADDRESS_BYTES_MAX})"
+        )));
+    }
+    if addresses.client.len() > ADDRESS_BYTES_MAX {
+        return Err(LodeError::Invalid(format!(
+            "client address must be at most {ADDRESS_BYTES_MAX} bytes (address_bytes_max = {ADDRESS_BYTES_MAX})"
+        )));
+    }
+    Ok(())
 }
 
 /// A storage failure while reading: logged here, once, and answered as

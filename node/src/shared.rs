@@ -9,6 +9,7 @@ use lode_raft_store::{SelectedEngine, StateReader, TypeConfig};
 use openraft::Raft;
 
 use crate::clock::MemberClock;
+use crate::cluster_identity::ClusterIdentity;
 use crate::config::NodeConfig;
 use crate::network::PeerConnections;
 use crate::proposer::Proposer;
@@ -24,6 +25,12 @@ pub struct Shared {
     pub peers: PeerConnections,
     pub config: NodeConfig,
     pub clock: MemberClock,
+    pub cluster: Arc<ClusterIdentity>,
+    /// Held by every membership change this member makes as leader:
+    /// openraft refuses (and logs at ERROR) a change while another is
+    /// uncommitted, and members publishing their client addresses at once
+    /// would race.
+    pub membership_changes: tokio::sync::Mutex<()>,
     /// Requests being served; shutdown waits for them.
     pub in_flight: Arc<()>,
 }

@@ -8,6 +8,7 @@ use std::process::Command;
 
 use lode_client::connection::{context, dial};
 use lode_client::protocol::{Consistency, Operation, Query, ReadRequest, WriteRequest};
+use lode_client::tls::Transport;
 use support::{wait_until, TestCluster};
 
 fn set(namespace: &str, key: Vec<u8>, value: Vec<u8>) -> Operation {
@@ -77,7 +78,9 @@ async fn bad_input_is_invalid_and_names_the_limit() {
     assert!(error.to_string().contains("write_bytes_max = 819200"), "{error}");
 
     // The server refuses the same requests when a client skips the checks.
-    let raw = dial(&cluster.members[&leader].address).await.expect("dial");
+    let raw = dial(&cluster.members[&leader].address, &Transport::Plain)
+        .await
+        .expect("dial");
     let answer = raw
         .write(
             context(),

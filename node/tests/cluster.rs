@@ -273,7 +273,7 @@ async fn a_member_started_with_join_becomes_a_voter_and_catches_up() {
     let position = write_keys(&client, 0..100, 4).await;
     // Join through a follower: the request is forwarded to the leader.
     let follower = (1..=3).find(|id| *id != leader).expect("a follower");
-    let seed = cluster.members[&follower].address.clone();
+    let seed = cluster.members[&follower].peer_address.clone();
     cluster.start_joining(4, &seed);
     wait_until("member 4 to become a voter", || async {
         let status = client.cluster_status().await.ok()?;
@@ -411,6 +411,8 @@ fn a_dedup_retention_out_of_bounds_is_refused_at_start() {
             "--id",
             "1",
             "--listen",
+            "127.0.0.1:0",
+            "--peer-listen",
             "127.0.0.1:0",
             "--dedup-retention",
             "1s",

@@ -56,12 +56,19 @@ fn deno_binary() -> PathBuf {
     clients().join("node_modules/deno/deno")
 }
 
-/// A client process with the cluster's URL and token in its environment.
-fn client_command(program: &Path, url: &str, deno_dir: &Path) -> tokio::process::Command {
+/// A client process with member `id`'s URL, the token and (when the
+/// cluster runs TLS) the cluster CA in its environment: Deno reads
+/// `DENO_CERT`, Node `NODE_EXTRA_CA_CERTS`.
+fn client_command(program: &Path, cluster: &TestCluster, id: u64, deno_dir: &Path) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(program);
+    if let Some(dir) = &cluster.tls_dir {
+        command
+            .env("DENO_CERT", dir.join("ca.pem"))
+            .env("NODE_EXTRA_CA_CERTS", dir.join("ca.pem"));
+    }
     command
         .current_dir(clients())
-        .env("LODE_KV_URL", url)
+        .env("LODE_KV_URL", cluster.kv_connect_url(id))
         .env("DENO_KV_ACCESS_TOKEN", ACCESS_TOKEN)
         .env("DENO_DIR", deno_dir)
         .env("DENO_NO_UPDATE_CHECK", "1")
@@ -101,7 +108,7 @@ fn a_follower(cluster: &TestCluster, leader: u64) -> u64 {
 
 /// `deno run` of one of the scripts against member `id`'s KV Connect URL.
 fn deno_run(cluster: &TestCluster, id: u64, script: &str, deno_dir: &Path) -> tokio::process::Command {
-    let mut command = client_command(&deno_binary(), &cluster.kv_connect_url(id), deno_dir);
+    let mut command = client_command(&deno_binary(), cluster, id, deno_dir);
     command.args([
         "run",
         "--unstable-kv",
@@ -120,12 +127,22 @@ fn deno_key(parts: &[&str]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deno_runs_the_seed_examples_against_a_three_member_cluster() {
-    let cluster = TestCluster::start_with_http(3, 10_000);
+    deno_runs_the_seed_examples(TestCluster::start_with_http(3, 10_000)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deno_runs_the_seed_examples_over_https_with_the_cluster_ca() {
+    let cluster = TestCluster::start_with_tls(3, 10_000);
+    assert!(cluster.kv_connect_url(1).starts_with("https://"));
+    deno_runs_the_seed_examples(cluster).await;
+}
+
+async fn deno_runs_the_seed_examples(cluster: TestCluster) {
     let leader = cluster.wait_for_leader().await;
     // A follower's port: strong reads and writes go through the leader.
     let follower = a_follower(&cluster, leader);
     let deno_dir = tempfile::tempdir().expect("temp dir");
-    let mut command = client_command(&deno_binary(), &cluster.kv_connect_url(follower), deno_dir.path());
+    let mut command = client_command(&deno_binary(), &cluster, follower, deno_dir.path());
     command.args([
         "test",
         "--no-prompt",
@@ -143,11 +160,23 @@ async fn deno_runs_the_seed_examples_against_a_three_member_cluster() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deno_kv_on_node_speaks_kv_connect_over_https_with_the_cluster_ca() {
+    let cluster = TestCluster::start_with_tls(3, 10_000);
+    cluster.wait_for_leader().await;
+    let deno_dir = tempfile::tempdir().expect("temp dir");
+    let mut command = client_command(Path::new("node"), &cluster, 1, deno_dir.path());
+    command.arg("node-client.mjs");
+    let stdout = run_client(command, "node node-client.mjs over https").await;
+    assert!(stdout.contains(r#""ok":true"#), "{stdout}");
+    cluster.assert_no_errors();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deno_kv_on_node_speaks_kv_connect_over_http1() {
     let cluster = TestCluster::start_with_http(3, 10_000);
     cluster.wait_for_leader().await;
     let deno_dir = tempfile::tempdir().expect("temp dir");
-    let mut command = client_command(Path::new("node"), &cluster.kv_connect_url(1), deno_dir.path());
+    let mut command = client_command(Path::new("node"), &cluster, 1, deno_dir.path());
     command.arg("node-client.mjs");
     let stdout = run_client(command, "node node-client.mjs").await;
     assert!(stdout.contains(r#""ok":true"#), "{stdout}");

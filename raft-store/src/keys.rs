@@ -131,6 +131,8 @@ pub mod meta {
     pub const CHANGE_BYTES: &[u8] = b"change_bytes";
     pub const CHANGE_TRIMMED_THROUGH: &[u8] = b"change_trimmed_through";
     pub const DEDUP_PRUNED_THROUGH: &[u8] = b"dedup_pruned_through";
+    /// The cluster this member belongs to (log engine).
+    pub const CLUSTER_ID: &[u8] = b"cluster_id";
 }
 
 /// Change log key: the entry's index, then the change's sequence in it, both

@@ -34,4 +34,4 @@ pub use error::EngineError;
 pub use log_store::LogStore;
 pub use reader::StateReader;
 pub use state_machine::StateMachineStore;
-pub use type_config::{NodeId, TypeConfig};
+pub use type_config::{Member, NodeId, TypeConfig};

@@ -82,6 +82,18 @@ impl<E: Engine> LogStore<E> {
         run_blocking(&self.engine, move |engine| engine.write(batch, Durability::Synced)).await
     }
 
+    /// The id of the cluster this member belongs to, once it was stored.
+    pub fn cluster_id(&self) -> Result<Option<u128>, EngineError> {
+        self.read_meta(meta::CLUSTER_ID)
+    }
+
+    /// Stores the cluster id (synced): from then on the member answers
+    /// only that cluster's peers.
+    pub async fn save_cluster_id(&self, cluster_id: u128) -> Result<(), EngineError> {
+        self.write_synced(Self::meta_batch(meta::CLUSTER_ID, &cluster_id)?)
+            .await
+    }
+
     fn meta_batch<T: serde::Serialize>(key: &[u8], value: &T) -> Result<WriteBatch, EngineError> {
         let mut batch = WriteBatch::default();
         batch.put(Space::RaftMeta, key.to_vec(), encode("raft meta", value)?);

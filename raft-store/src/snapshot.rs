@@ -10,7 +10,7 @@ use crate::type_config::NodeId;
 
 #[derive(Serialize, Deserialize)]
 pub struct StoredSnapshot {
-    pub meta: SnapshotMeta<NodeId, openraft::BasicNode>,
+    pub meta: SnapshotMeta<NodeId, crate::type_config::Member>,
     #[serde(with = "serde_bytes")]
     pub image: Vec<u8>,
 }

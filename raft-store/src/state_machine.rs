@@ -8,7 +8,7 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
-use openraft::{BasicNode, Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageError, StoredMembership};
+use openraft::{Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageError, StoredMembership};
 
 use crate::applied_index::AppliedIndex;
 use crate::apply::apply_proposal;
@@ -20,9 +20,9 @@ use crate::keys::meta;
 
 use crate::reader::StateReader;
 use crate::snapshot::StoredSnapshot;
-use crate::type_config::{NodeId, TypeConfig};
+use crate::type_config::{Member, NodeId, TypeConfig};
 
-type Membership = StoredMembership<NodeId, BasicNode>;
+type Membership = StoredMembership<NodeId, Member>;
 
 /// The applied state of one node.
 pub struct StateMachineStore<E: Engine> {
@@ -175,7 +175,7 @@ impl<E: Engine> StateMachineStore<E> {
 pub struct SnapshotBuilder<E: Engine> {
     engine: Arc<E>,
     stored_snapshot: SnapshotOnDisk,
-    taken: Result<(E::Checkpoint, SnapshotMeta<NodeId, BasicNode>), String>,
+    taken: Result<(E::Checkpoint, SnapshotMeta<NodeId, Member>), String>,
 }
 
 impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
@@ -267,7 +267,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<NodeId, BasicNode>,
+        meta: &SnapshotMeta<NodeId, Member>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let image = snapshot.into_inner();

@@ -223,7 +223,11 @@ fn log_entry() -> Entry<TypeConfig> {
 }
 
 fn snapshot() -> StoredSnapshot {
-    let members: BTreeMap<u64, openraft::BasicNode> = [(1, openraft::BasicNode::new("n1:7000"))].into();
+    let member = lode_raft_store::Member {
+        peer_address: "n1:7001".to_owned(),
+        client_address: "n1:7000".to_owned(),
+    };
+    let members: BTreeMap<u64, lode_raft_store::Member> = [(1, member)].into();
     let membership = openraft::Membership::new(vec![members.keys().copied().collect()], members);
     StoredSnapshot {
         meta: SnapshotMeta {

@@ -9,9 +9,11 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use lode_client::facade;
+use lode_client::protocol::MemberAddresses;
 use lode_client::Client;
-use lode_node::config::{Membership, NodeConfig, Storage};
-use lode_node::node::Node;
+use lode_node::cluster_identity::founding_cluster_id;
+use lode_node::config::{Membership, NodeConfig, Storage, CLUSTER_NAME_DEFAULT};
+use lode_node::node::{Listeners, Node};
 use lode_raft_store::injected_bugs;
 use lode_raft_store::{MemoryEngine, SelectedEngine, StateReader, TypeConfig};
 use lode_types::ChangeEvent;
@@ -26,8 +28,10 @@ use crate::step_trace::StepTrace;
 use crate::trace::Fnv;
 use crate::workload::{self, KvClientPlan, LockClientPlan, NAMESPACE};
 
-/// The port every member listens on, inside its own simulated host.
+/// The port every member serves clients on, inside its own simulated host.
 pub const PORT: u16 = 7000;
+/// The port every member serves its peers on.
+pub const PEER_PORT: u16 = 7001;
 /// The history's client number of the verifier.
 pub const VERIFIER: usize = 1000;
 /// The client number of the operator (membership changes).
@@ -123,6 +127,10 @@ fn address(id: u64) -> String {
     format!("n{id}:{PORT}")
 }
 
+fn peer_address(id: u64) -> String {
+    format!("n{id}:{PEER_PORT}")
+}
+
 /// What the verifier found, shared with the driver.
 #[derive(Default)]
 struct Verification {
@@ -163,7 +171,8 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         .rng_seed(scenario.seed)
         .build();
 
-    let founders: BTreeMap<u64, String> = (1..=scenario.members).map(|id| (id, address(id))).collect();
+    let founders: BTreeMap<u64, String> = (1..=scenario.members).map(|id| (id, peer_address(id))).collect();
+    let cluster_id = founding_cluster_id(CLUSTER_NAME_DEFAULT, &founders);
     let members: Vec<Rc<Member>> = scenario
         .member_ids()
         .into_iter()
@@ -182,7 +191,12 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         } else {
             Membership::Existing
         };
-        let mut config = NodeConfig::new(member.id, address(member.id), "/simulated", membership);
+        let advertise = MemberAddresses {
+            peer: peer_address(member.id),
+            client: address(member.id),
+        };
+        let mut config = NodeConfig::new(member.id, advertise, "/simulated", membership);
+        config.cluster_id = (!founders.contains_key(&member.id)).then_some(cluster_id);
         config.storage = Storage::Memory {
             log: member.log.clone(),
             state: member.state.clone(),
@@ -201,8 +215,13 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
             let config = config.clone();
             let running = running.clone();
             async move {
-                let listener = facade::bind(&format!("0.0.0.0:{PORT}")).await?;
-                let node = Node::start(config, listener).await.map_err(|error| error.to_string())?;
+                let listeners = Listeners {
+                    client: facade::bind(&format!("0.0.0.0:{PORT}")).await?,
+                    peer: facade::bind(&format!("0.0.0.0:{PEER_PORT}")).await?,
+                };
+                let node = Node::start(config, listeners)
+                    .await
+                    .map_err(|error| error.to_string())?;
                 *running.borrow_mut() = Some(Running {
                     raft: node.raft().clone(),
                     reader: node.reader(),
@@ -215,7 +234,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
     }
 
     let history: SharedHistory = Rc::new(RefCell::new(History::default()));
-    let endpoints: Vec<String> = founders.values().cloned().chain(scenario.spare.map(address)).collect();
+    let endpoints: Vec<String> = (1..=scenario.members).chain(scenario.spare).map(address).collect();
     for client in 0..scenario.kv_clients {
         let plan = KvClientPlan {
             client,
@@ -554,7 +573,7 @@ async fn run_operator(
         let changed = match next {
             Some(Fault::AddMember { id }) => {
                 history::calling(&history, OPERATOR, format!("add member {id}"));
-                client.add_member(id, address(id)).await
+                client.add_member(id, peer_address(id)).await
             }
             Some(Fault::RemoveMember { id }) => {
                 history::calling(&history, OPERATOR, format!("remove member {id}"));

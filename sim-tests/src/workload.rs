@@ -30,6 +30,7 @@ pub fn client_options() -> ClientOptions {
         backoff_initial: Duration::from_millis(20),
         backoff_max: Duration::from_millis(200),
         default_stream: None,
+        tls: None,
     }
 }
 

@@ -16,6 +16,11 @@ pub const ENCODING_NAME_BYTES_MAX: usize = 64;
 /// Most bytes of namespaces, keys and values in one atomic write (Deno KV's
 /// total mutation size).
 pub const WRITE_BYTES_MAX: usize = 819_200;
+/// Largest request frame a member's client port accepts, in bytes (etcd
+/// accepts 1.5 MiB): room for the largest write, its operations' framing
+/// and its session links. Larger frames travel only between members.
+pub const REQUEST_BYTES_MAX: usize = 2 << 20;
+const _: () = assert!(WRITE_BYTES_MAX + (1 << 20) <= REQUEST_BYTES_MAX);
 /// Most expired entries one sweep command removes, so a sweep stays a small
 /// log entry and a short apply.
 pub const SWEEP_ENTRIES_MAX: u32 = 1000;

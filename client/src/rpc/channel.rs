@@ -20,8 +20,7 @@ use tokio_util::bytes::Bytes;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::Instrument;
 
-use super::{decode, encode, ClientFrame, ServerFrame, CALLS_QUEUED_PER_CHANNEL_MAX};
-use crate::connection::codec;
+use super::{decode, encode, ClientFrame, FrameCodec, ServerFrame, CALLS_QUEUED_PER_CHANNEL_MAX, PEER_FRAME_BYTES_MAX};
 use crate::facade::ByteStream;
 
 type Waiter<Response> = oneshot::Sender<Result<Response, RpcError>>;
@@ -100,6 +99,12 @@ where
         }
     }
 
+    /// Whether the connection has ended (the server closed it, or it
+    /// failed): the next call should dial afresh.
+    pub fn is_ended(&self) -> bool {
+        self.shared.ended.load(Ordering::SeqCst)
+    }
+
     /// Sends `request` and waits for its answer. Dropping the returned
     /// future before the answer cancels the request on the server.
     pub async fn call(&self, request: Request) -> Result<Response, RpcError> {
@@ -174,7 +179,7 @@ async fn write_requests<Request: Serialize, Response>(
     mut requests: mpsc::Receiver<ClientFrame<Request>>,
     shared: Arc<Shared<Response>>,
 ) {
-    let mut frames = FramedWrite::new(write_half, codec().new_codec());
+    let mut frames = FramedWrite::new(write_half, FrameCodec::new(PEER_FRAME_BYTES_MAX));
     while let Some(frame) = requests.recv().await {
         let written = match encode(&frame) {
             Ok(bytes) => frames.send(Bytes::from(bytes)).await.map_err(|error| error.to_string()),
@@ -194,7 +199,7 @@ async fn read_answers<Response: DeserializeOwned>(
     read_half: tokio::io::ReadHalf<Box<dyn ByteStream>>,
     shared: Arc<Shared<Response>>,
 ) {
-    let mut frames = FramedRead::new(read_half, codec().new_codec());
+    let mut frames = FramedRead::new(read_half, FrameCodec::new(PEER_FRAME_BYTES_MAX));
     while let Some(frame) = frames.next().await {
         let answer = match frame.map_err(|error| error.to_string()) {
             Ok(bytes) => decode::<ServerFrame<Response>>(&bytes),

@@ -10,18 +10,39 @@
 //! Here nothing is timed: callers bound their calls with `tokio::time`, and
 //! a call whose future is dropped cancels its request on the server.
 //!
-//! A connection carries length-delimited frames (`connection::codec`), each
-//! one bincode value: [`ClientFrame`] one way, [`ServerFrame`] the other.
-//! A frame that does not decode ends the connection, never the process.
+//! A connection carries length-prefixed frames (`frame.rs`), each one
+//! bincode value: [`ClientFrame`] one way, [`ServerFrame`] the other. A
+//! frame over the limit or that does not decode ends the connection,
+//! never the process.
 
 mod channel;
+mod frame;
 mod server;
+
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use channel::Channel;
+pub use frame::FrameCodec;
 pub use server::{serve_connection, Handler};
+
+/// Largest frame between members (the peer port) and of any answer, in
+/// bytes: room for a Raft append of `raft_payload_entries_max` entries of
+/// `proposal_bytes_max` each (lode-node) plus framing.
+pub const PEER_FRAME_BYTES_MAX: usize = 80 << 20;
+const _: () = assert!(lode_types::limits::REQUEST_BYTES_MAX < PEER_FRAME_BYTES_MAX);
+
+/// What a server holds a connection to.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerLimits {
+    /// Largest request frame.
+    pub frame_bytes_max: usize,
+    /// A connection with no call running that sends nothing for this long
+    /// is closed.
+    pub idle: Duration,
+}
 
 /// Requests one connection may have running on the server at once; more
 /// are refused with a message naming this limit.

@@ -16,8 +16,10 @@ use tokio_util::bytes::Bytes;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::Instrument;
 
-use super::{decode, encode, ClientFrame, ServerFrame, REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX};
-use crate::connection::codec;
+use super::{
+    decode, encode, ClientFrame, FrameCodec, ServerFrame, ServerLimits, PEER_FRAME_BYTES_MAX,
+    REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX,
+};
 use crate::facade::ByteStream;
 
 /// Runs one request to its answer, or to a refusal the caller receives as
@@ -38,16 +40,20 @@ impl Drop for Running {
     }
 }
 
-/// Serves calls on `stream` until the client closes it, a frame fails to
-/// decode, or writing fails.
-pub async fn serve_connection<Request, Response>(stream: Box<dyn ByteStream>, handler: Handler<Request, Response>)
-where
+/// Serves calls on `stream` until the client closes it, a frame is over
+/// the limit or fails to decode, writing fails, or it idles past the limit.
+pub async fn serve_connection<Request, Response>(
+    stream: Box<dyn ByteStream>,
+    handler: Handler<Request, Response>,
+    limits: ServerLimits,
+) where
     Request: DeserializeOwned + Send + 'static,
     Response: Serialize + Send + 'static,
 {
     let (read_half, write_half) = tokio::io::split(stream);
-    let mut incoming = FramedRead::new(read_half, codec().new_codec());
-    let mut outgoing = FramedWrite::new(write_half, codec().new_codec());
+    let mut incoming = FramedRead::new(read_half, FrameCodec::new(limits.frame_bytes_max));
+    let mut outgoing = FramedWrite::new(write_half, FrameCodec::new(PEER_FRAME_BYTES_MAX));
+    let mut idle_until = tokio::time::Instant::now() + limits.idle;
     // Every running call sends exactly one completion, so this capacity
     // never makes a call wait.
     let (finished, mut completions) =
@@ -63,7 +69,12 @@ where
                 }
                 ServerFrame { id, outcome }
             }
+            () = tokio::time::sleep_until(idle_until), if running.0.is_empty() => {
+                tracing::debug!("closing a connection idle past its limit");
+                return;
+            }
             frame = incoming.next() => {
+                idle_until = tokio::time::Instant::now() + limits.idle;
                 let frame = match frame {
                     None => return,
                     Some(frame) => frame.map_err(|error| error.to_string()).and_then(|bytes| decode::<ClientFrame<Request>>(&bytes)),

@@ -6,16 +6,19 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use lode_client::protocol::MemberAddresses;
 use lode_node::config::{Membership, NodeConfig};
 use lode_node::http::{HttpConfig, HttpServer};
-use lode_node::node::Node;
+use lode_node::node::{Listeners, Node};
+use lode_node::tls::{MemberTls, TlsFiles};
 
 #[derive(Args, Debug)]
 pub struct DevArguments {
     /// Members to run.
     #[arg(long, default_value_t = 3)]
     pub nodes: u64,
-    /// Members listen on base-port+1 … base-port+N.
+    /// Member N serves clients on base-port+N, HTTP on base-port+100+N and
+    /// its peers on base-port+200+N.
     #[arg(long, default_value_t = 7100)]
     pub base_port: u16,
     #[arg(long, default_value = "./lode-data")]
@@ -29,6 +32,26 @@ pub struct DevArguments {
         hide_env_values = true
     )]
     pub access_token: String,
+    /// Serve every port over TLS, with a CA and certificates made (once)
+    /// in DATA_DIR/tls.
+    #[arg(long)]
+    pub tls: bool,
+}
+
+/// The CA and the members' certificate in `dir`, made on first use.
+fn dev_certificates(dir: &std::path::Path) -> Result<std::sync::Arc<MemberTls>, anyhow::Error> {
+    if !dir.join("ca.pem").exists() {
+        super::certificates::create_ca(dir)?;
+    }
+    if !dir.join("member.pem").exists() {
+        super::certificates::issue(dir, "member", &["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+    }
+    MemberTls::load(TlsFiles {
+        ca: dir.join("ca.pem"),
+        certificate: dir.join("member.pem"),
+        key: dir.join("member-key.pem"),
+        peer_names_allowed: Vec::new(),
+    })
 }
 
 /// Most members `lode dev` runs.
@@ -38,25 +61,35 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
     if arguments.nodes == 0 || arguments.nodes > DEV_NODES_MAX {
         anyhow::bail!("--nodes must be 1 to {DEV_NODES_MAX} (dev_nodes_max)");
     }
-    let members: BTreeMap<u64, String> = (1..=arguments.nodes)
-        .map(|id| (id, format!("127.0.0.1:{}", u64::from(arguments.base_port) + id)))
-        .collect();
+    let port = |offset: u64, id: u64| format!("127.0.0.1:{}", u64::from(arguments.base_port) + offset + id);
+    let members: BTreeMap<u64, String> = (1..=arguments.nodes).map(|id| (id, port(0, id))).collect();
+    let founders: BTreeMap<u64, String> = (1..=arguments.nodes).map(|id| (id, port(200, id))).collect();
     let stop = super::helpers::StopSignal::install();
+    let tls_dir = arguments.data_dir.join("tls");
+    let tls = if arguments.tls {
+        Some(dev_certificates(&tls_dir)?)
+    } else {
+        None
+    };
     let mut nodes = Vec::new();
     let mut http_ports = Vec::new();
     for (id, address) in &members {
-        let listener = lode_client::facade::bind(address).await?;
+        let listeners = Listeners {
+            client: lode_client::facade::bind(address).await?,
+            peer: lode_client::facade::bind(&founders[id]).await?,
+        };
         let data_dir = arguments.data_dir.join(format!("node-{id}"));
-        let config = NodeConfig::new(*id, address.clone(), data_dir, Membership::Bootstrap(members.clone()));
-        let node = Node::start(config, listener).await?;
-        let http_address = format!("127.0.0.1:{}", u64::from(arguments.base_port) + 100 + id);
-        let http = HttpServer::start(
-            lode_client::facade::bind(&http_address).await?,
-            HttpConfig {
-                node_address: node.address().to_owned(),
-                access_token: arguments.access_token.clone(),
-            },
-        )?;
+        let advertise = MemberAddresses {
+            peer: founders[id].clone(),
+            client: address.clone(),
+        };
+        let mut config = NodeConfig::new(*id, advertise, data_dir, Membership::Bootstrap(founders.clone()));
+        config.tls = tls.clone();
+        let node = Node::start(config, listeners).await?;
+        let http_address = port(100, *id);
+        let mut http_config = HttpConfig::new(node.address(), arguments.access_token.clone());
+        http_config.tls = tls.clone();
+        let http = HttpServer::start(lode_client::facade::bind(&http_address).await?, http_config)?;
         http_ports.push(http);
         nodes.push(node);
     }
@@ -73,6 +106,9 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
     println!();
     println!("Try it from another terminal:");
     println!("  export LODE_ENDPOINTS={endpoints}");
+    if tls.is_some() {
+        println!("  export LODE_TLS_CA={}", tls_dir.join("ca.pem").display());
+    }
     println!("  lode kv set config greeting hello");
     println!("  lode kv get config greeting");
     println!("  lode cluster status");
@@ -80,7 +116,20 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
         println!();
         println!("Deno KV (KV Connect), any member's HTTP port:");
         println!("  DENO_KV_ACCESS_TOKEN=<token> deno run --unstable-kv app.ts");
-        println!("  with Deno.openKv(\"http://{}\")", http.address());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        println!("  with Deno.openKv(\"{scheme}://{}\")", http.address());
+        if tls.is_some() {
+            let ca = tls_dir.join("ca.pem");
+            println!(
+                "  and DENO_CERT={} (Deno) or NODE_EXTRA_CA_CERTS={} (@deno/kv)",
+                ca.display(),
+                ca.display()
+            );
+            println!(
+                "Rust SDK: ClientOptions {{ tls: Some(ClientTls::from_files(\"{}\".as_ref(), None)?), .. }}",
+                ca.display()
+            );
+        }
         println!("  (the token is --access-token or LODE_ACCESS_TOKEN; by default lode-dev-token)");
     }
     println!("Stop with Ctrl-C; the data stays for the next start.");

@@ -1,10 +1,12 @@
 //! What the command-line tool's commands share: the endpoints option,
 //! duration parsing, JSON output and the stop signal.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use lode_client::{Client, LodeError};
+use lode_client::tls::ClientTls;
+use lode_client::{Client, ClientOptions, LodeError};
 
 #[derive(Args, Debug, Clone)]
 pub struct Endpoints {
@@ -15,11 +17,31 @@ pub struct Endpoints {
         default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
     )]
     pub endpoints: String,
+    /// The cluster CA (PEM): connect over TLS, trusting it alone.
+    #[arg(long, env = "LODE_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) to present, with --tls-key.
+    #[arg(long, env = "LODE_TLS_CERT", requires_all = ["tls_ca", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "LODE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Endpoints {
     pub fn client(&self) -> Result<Client, LodeError> {
-        Client::connect(self.endpoints.split(','))
+        let tls = match &self.tls_ca {
+            Some(ca) => {
+                let identity = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
+                Some(ClientTls::from_files(ca, identity)?)
+            }
+            None => None,
+        };
+        let options = ClientOptions {
+            tls,
+            ..ClientOptions::default()
+        };
+        Client::with_options(self.endpoints.split(','), options)
     }
 }
 

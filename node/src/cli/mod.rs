@@ -1,6 +1,7 @@
 //! The command-line contract that scripts and docs rely on.
 
 mod bench;
+mod certificates;
 mod dev;
 mod helpers;
 mod kv;
@@ -9,13 +10,16 @@ mod lease;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use lode_client::LodeError;
 
+use lode_client::protocol::MemberAddresses;
 use lode_node::config::{Membership, NodeConfig};
-use lode_node::node::Node;
+use lode_node::node::{Listeners, Node};
+use lode_node::tls::{MemberTls, TlsFiles};
 
 use helpers::{parse_duration, print_json, Endpoints, StopSignal};
 
@@ -36,7 +40,7 @@ pub struct Arguments {
 #[derive(Subcommand, Debug)]
 pub enum Commands {
     /// Run one cluster member.
-    Node(NodeArguments),
+    Node(Box<NodeArguments>),
     /// Run a local cluster on loopback with no configuration.
     Dev(dev::DevArguments),
     /// Read and write entries.
@@ -52,26 +56,45 @@ pub enum Commands {
     Cluster(ClusterCommand),
     /// Measure throughput and latency against a running cluster.
     Bench(bench::BenchArguments),
+    /// Create a cluster CA and issue member and client certificates.
+    #[command(subcommand)]
+    Tls(certificates::TlsCommand),
 }
 
 #[derive(Args, Debug)]
 pub struct NodeArguments {
     #[arg(long)]
     pub id: u64,
-    /// Address to listen on for both peers and clients.
+    /// Address to serve clients on.
     #[arg(long)]
     pub listen: String,
-    /// Address peers and clients should use (defaults to --listen).
+    /// Address clients should use (defaults to --listen).
     #[arg(long)]
     pub advertise: Option<String>,
+    /// Address to serve the other members on: Raft, snapshots and
+    /// forwarded requests.
+    #[arg(long)]
+    pub peer_listen: String,
+    /// Address the other members should use (defaults to --peer-listen).
+    #[arg(long)]
+    pub peer_advertise: Option<String>,
     #[arg(long)]
     pub data_dir: PathBuf,
-    /// Founding members: `1=host:port,2=host:port,...`.
-    #[arg(long, conflicts_with = "join")]
+    /// Founding members by peer address: `1=host:port,2=host:port,...`.
+    #[arg(long, conflicts_with_all = ["join", "cluster_id"])]
     pub peers: Option<String>,
-    /// A member of a running cluster to join through.
-    #[arg(long)]
+    /// The peer address of a member of a running cluster to join through.
+    #[arg(long, conflicts_with = "cluster_id")]
     pub join: Option<String>,
+    /// Tells apart clusters founded with the same --peers list; part of
+    /// the founding cluster id.
+    #[arg(long, default_value = lode_node::config::CLUSTER_NAME_DEFAULT)]
+    pub cluster_name: String,
+    /// For a new member added with `lode cluster add`: the id of the
+    /// cluster it waits for (`lode cluster status` shows it). It answers
+    /// no other cluster's members.
+    #[arg(long)]
+    pub cluster_id: Option<lode_client::protocol::ClusterId>,
     /// Applied entries between snapshots (the log before a snapshot is purged).
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_logs_max: u64,
@@ -98,6 +121,68 @@ pub struct NodeArguments {
     /// `DENO_KV_ACCESS_TOKEN`).
     #[arg(long, env = "LODE_ACCESS_TOKEN", hide_env_values = true)]
     pub access_token: Option<String>,
+    #[command(flatten)]
+    pub tls: NodeTlsArguments,
+    /// Serve in the clear on addresses other hosts can reach. Without TLS
+    /// anyone who reaches the peer port can vote, append to the log and
+    /// change the membership; use only on a network where every host is
+    /// trusted. Logged as a warning at every start.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Connections the client port keeps open at once; more are closed.
+    #[arg(long, default_value_t = lode_node::accept::CLIENT_CONNECTIONS_MAX_DEFAULT)]
+    pub client_connections_max: usize,
+    /// Connections the peer port keeps open at once; more are closed.
+    #[arg(long, default_value_t = lode_node::accept::PEER_CONNECTIONS_MAX_DEFAULT)]
+    pub peer_connections_max: usize,
+    /// Connections the HTTP port keeps open at once; more are closed.
+    #[arg(long, default_value_t = lode_node::accept::HTTP_CONNECTIONS_MAX_DEFAULT)]
+    pub http_connections_max: usize,
+    /// Longest TLS handshake on any port.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub tls_handshake_timeout: Duration,
+    /// How long a connection with no call running may stay silent.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub connection_idle_timeout: Duration,
+    /// Longest time an HTTP request's header may take to arrive.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub http_header_timeout: Duration,
+}
+
+/// A member's TLS: the cluster CA and the member's certificate and key,
+/// for all its ports and towards its peers. Re-read when the files change.
+#[derive(Args, Debug)]
+pub struct NodeTlsArguments {
+    /// The cluster CA certificate (PEM): it must have signed every
+    /// member's certificate, and any client certificate presented.
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    pub tls_ca: Option<PathBuf>,
+    /// This member's certificate chain (PEM), valid for the names or
+    /// addresses clients and peers dial, for server and client use.
+    #[arg(long, requires_all = ["tls_ca", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires_all = ["tls_ca", "tls_cert"])]
+    pub tls_key: Option<PathBuf>,
+    /// Names (DNS or IP) a peer's certificate must be valid for, any of
+    /// them (default: any certificate the cluster CA signed).
+    #[arg(long, value_delimiter = ',', requires = "tls_ca")]
+    pub peer_names_allowed: Vec<String>,
+}
+
+impl NodeTlsArguments {
+    fn load(&self) -> Result<Option<Arc<MemberTls>>, anyhow::Error> {
+        let (Some(ca), Some(certificate), Some(key)) = (&self.tls_ca, &self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let files = TlsFiles {
+            ca: ca.clone(),
+            certificate: certificate.clone(),
+            key: key.clone(),
+            peer_names_allowed: self.peer_names_allowed.clone(),
+        };
+        Ok(Some(MemberTls::load(files)?))
+    }
 }
 
 #[derive(Args, Debug)]
@@ -172,10 +257,11 @@ pub enum ClusterCommand {
         #[command(flatten)]
         endpoints: Endpoints,
     },
-    /// Add a member (learner until caught up, then voter).
+    /// Add a member (learner until caught up, then voter), by its peer
+    /// address; it publishes its client address itself.
     Add {
         id: u64,
-        address: String,
+        peer_address: String,
         #[command(flatten)]
         endpoints: Endpoints,
     },
@@ -241,25 +327,53 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         _ => Membership::Existing,
     };
     let stop = StopSignal::install();
-    let listener = lode_client::facade::bind(&arguments.listen).await?;
-    let advertise = arguments
-        .advertise
-        .clone()
-        .unwrap_or(listener.local_addr()?.to_string());
+    let tls = arguments.tls.load()?;
+    let listeners = Listeners {
+        client: lode_client::facade::bind(&arguments.listen).await?,
+        peer: lode_client::facade::bind(&arguments.peer_listen).await?,
+    };
+    let http_listener = match &arguments.http {
+        Some(address) => Some(lode_client::facade::bind(address).await?),
+        None => None,
+    };
+    if tls.is_none() {
+        let mut bound = vec![listeners.client.local_addr()?, listeners.peer.local_addr()?];
+        if let Some(listener) = &http_listener {
+            bound.push(listener.local_addr()?);
+        }
+        refuse_open_ports_in_the_clear(&bound, arguments.insecure)?;
+    }
+    let advertise = MemberAddresses {
+        peer: match &arguments.peer_advertise {
+            Some(address) => address.clone(),
+            None => listeners.peer.local_addr()?.to_string(),
+        },
+        client: match &arguments.advertise {
+            Some(address) => address.clone(),
+            None => listeners.client.local_addr()?.to_string(),
+        },
+    };
     let mut config = NodeConfig::new(arguments.id, advertise, arguments.data_dir.clone(), membership);
+    config.cluster_name = arguments.cluster_name.clone();
+    config.cluster_id = arguments.cluster_id;
+    config.tls = tls.clone();
+    config.client_connections_max = arguments.client_connections_max;
+    config.peer_connections_max = arguments.peer_connections_max;
+    config.tls_handshake_ms_max = milliseconds(arguments.tls_handshake_timeout);
+    config.connection_idle_ms_max = milliseconds(arguments.connection_idle_timeout);
     config.snapshot_logs_max = arguments.snapshot_logs_max;
     config.lease_ttl_ms_max = arguments.lease_ttl_ms_max;
     config.dedup_retention_ms = u64::try_from(arguments.dedup_retention.as_millis()).unwrap_or(u64::MAX);
     config.change_log_events_max = arguments.change_log_events_max;
     config.change_log_bytes_max = arguments.change_log_bytes_max;
-    let node = Node::start(config, listener).await?;
-    let http = match (&arguments.http, &arguments.access_token) {
-        (Some(address), Some(token)) => {
-            let listener = lode_client::facade::bind(address).await?;
-            let config = lode_node::http::HttpConfig {
-                node_address: node.address().to_owned(),
-                access_token: token.clone(),
-            };
+    let node = Node::start(config, listeners).await?;
+    let http = match (http_listener, &arguments.access_token) {
+        (Some(listener), Some(token)) => {
+            let mut config = lode_node::http::HttpConfig::new(node.address(), token.clone());
+            config.tls = tls;
+            config.connections_max = arguments.http_connections_max;
+            config.tls_handshake_ms_max = milliseconds(arguments.tls_handshake_timeout);
+            config.header_read_ms_max = milliseconds(arguments.http_header_timeout);
             Some(lode_node::http::HttpServer::start(listener, config)?)
         }
         _ => None,
@@ -273,10 +387,44 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     Ok(())
 }
 
+fn milliseconds(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Without TLS, a port another host can reach is refused unless the
+/// operator said `--insecure`, and then warned about at every start.
+fn refuse_open_ports_in_the_clear(bound: &[std::net::SocketAddr], insecure: bool) -> Result<(), anyhow::Error> {
+    let open: Vec<String> = bound
+        .iter()
+        .filter(|address| !address.ip().is_loopback())
+        .map(ToString::to_string)
+        .collect();
+    if open.is_empty() {
+        return Ok(());
+    }
+    if !insecure {
+        anyhow::bail!(
+            "refusing to serve {} in the clear: give --tls-ca, --tls-cert and --tls-key, \
+             or --insecure on a network where every host is trusted",
+            open.join(", ")
+        );
+    }
+    tracing::warn!(
+        addresses = %open.join(", "),
+        "serving without TLS on addresses other hosts can reach (--insecure): anyone who reaches \
+         the peer port can vote, append to the log and change the membership"
+    );
+    Ok(())
+}
+
 async fn run_cluster(command: ClusterCommand) -> Result<ExitCode, LodeError> {
     let (status, json) = match command {
         ClusterCommand::Status { json, endpoints } => (endpoints.client()?.cluster_status().await?, json),
-        ClusterCommand::Add { id, address, endpoints } => (endpoints.client()?.add_member(id, address).await?, false),
+        ClusterCommand::Add {
+            id,
+            peer_address,
+            endpoints,
+        } => (endpoints.client()?.add_member(id, peer_address).await?, false),
         ClusterCommand::Remove { id, endpoints } => (endpoints.client()?.remove_member(id).await?, false),
     };
     if json {
@@ -290,6 +438,10 @@ async fn run_cluster(command: ClusterCommand) -> Result<ExitCode, LodeError> {
                 .unwrap_or_else(|| "none".to_owned())
         );
         println!("term: {}", status.term);
+        match status.cluster_id {
+            Some(cluster) => println!("cluster: {cluster}"),
+            None => println!("cluster: none yet"),
+        }
         println!("members:");
         for member in &status.members {
             let role = if member.voter { "voter" } else { "learner" };
@@ -299,9 +451,10 @@ async fn run_cluster(command: ClusterCommand) -> Result<ExitCode, LodeError> {
                 None => "unreachable".to_owned(),
             };
             println!(
-                "  {} {} {role} applied={applied} matched={}",
+                "  {} {} peer={} {role} applied={applied} matched={}",
                 member.id,
                 member.address,
+                member.peer_address,
                 show(member.matched_index)
             );
         }
@@ -311,7 +464,7 @@ async fn run_cluster(command: ClusterCommand) -> Result<ExitCode, LodeError> {
 
 pub async fn run(arguments: Arguments) -> ExitCode {
     let result: Result<ExitCode, String> = match arguments.command {
-        Commands::Node(node) => run_node(node)
+        Commands::Node(node) => run_node(*node)
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(|error| format!("{error:#}")),
@@ -319,6 +472,9 @@ pub async fn run(arguments: Arguments) -> ExitCode {
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(|error| format!("{error:#}")),
+        Commands::Tls(command) => certificates::run(command)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|error| error.to_string()),
         Commands::Lease(command) => lease::run(command).await.map_err(|error| error.to_string()),
         Commands::Changes(arguments) => run_changes(arguments).await.map_err(|error| error.to_string()),
         Commands::Kv(command) => kv::run(command).await.map_err(|error| error.to_string()),

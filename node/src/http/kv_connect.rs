@@ -218,7 +218,7 @@ pub(super) async fn metadata_exchange(
                 .map(str::to_owned)
         });
     let base = match host {
-        Some(host) => format!("http://{host}"),
+        Some(host) => format!("{}://{host}", gateway.scheme),
         None if version >= 2 => String::new(),
         None => {
             return text(

@@ -5,9 +5,12 @@
 //! The gateway is a client of its own node: it speaks to the node's tarpc
 //! service through the Rust SDK, so writes and strong reads follow the
 //! leader with the SDK's retries and op ids, and eventual reads and watches
-//! stay on this member. One port serves HTTP/1.1 and HTTP/2 without TLS
-//! (Deno sends h2c with prior knowledge to `http://` URLs); the listener
-//! comes from the facade like every other socket.
+//! stay on this member. One port serves HTTP/1.1 and HTTP/2: over TLS with
+//! ALPN (`https://`) when the member has TLS, or in the clear (Deno sends
+//! h2c with prior knowledge to `http://` URLs). Connections are taken as on
+//! every port (`accept.rs`: a cap, a bounded handshake); a request's header
+//! must arrive within `header_read_ms_max`, and the token is checked before
+//! any body is read.
 
 pub mod deno;
 mod kv_connect;
@@ -15,7 +18,6 @@ mod metrics;
 mod state_api;
 mod watch;
 
-use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,15 +29,41 @@ use lode_client::{Client, ClientOptions};
 use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
+use crate::accept::{accept_loop, PortSettings, TlsPort};
+use crate::tls::MemberTls;
+
 pub use metrics::Counters;
+
+/// Longest time a request's header may take to arrive.
+pub const HEADER_READ_MS_MAX_DEFAULT: u64 = 10_000;
 
 /// What the HTTP port needs to know.
 #[derive(Clone, Debug)]
 pub struct HttpConfig {
-    /// The tarpc address of the node this port belongs to.
+    /// The client address of the node this port belongs to.
     pub node_address: String,
     /// The bearer token KV Connect clients present.
     pub access_token: String,
+    /// HTTPS with the member's certificate; `None`: in the clear. The
+    /// gateway's own client dials the node with the member's CA.
+    pub tls: Option<Arc<MemberTls>>,
+    pub connections_max: usize,
+    pub tls_handshake_ms_max: u64,
+    pub header_read_ms_max: u64,
+}
+
+impl HttpConfig {
+    /// A port in the clear with the default limits.
+    pub fn new(node_address: impl Into<String>, access_token: impl Into<String>) -> Self {
+        Self {
+            node_address: node_address.into(),
+            access_token: access_token.into(),
+            tls: None,
+            connections_max: crate::accept::HTTP_CONNECTIONS_MAX_DEFAULT,
+            tls_handshake_ms_max: crate::accept::TLS_HANDSHAKE_MS_MAX_DEFAULT,
+            header_read_ms_max: HEADER_READ_MS_MAX_DEFAULT,
+        }
+    }
 }
 
 /// State every handler shares.
@@ -45,6 +73,9 @@ pub(crate) struct Gateway {
     /// Eventual reads, watches, health: this member only.
     local: Client,
     access_token: String,
+    /// `https` when the port runs TLS, else `http`: the scheme of the
+    /// endpoint URLs KV Connect hands out.
+    scheme: &'static str,
     /// Turns true when the port shuts down; watches end on it.
     stopping: signal::Receiver<bool>,
     counters: Counters,
@@ -57,34 +88,6 @@ pub struct HttpServer {
     task: JoinHandle<()>,
 }
 
-/// Adapts the facade's listener to axum's: accept errors (a peer that reset
-/// mid-handshake, too many open files) are logged and retried, never fatal.
-struct FacadeListener {
-    inner: Box<dyn Listener>,
-    address: SocketAddr,
-}
-
-impl axum::serve::Listener for FacadeListener {
-    type Io = Box<dyn ByteStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            match self.inner.accept().await {
-                Ok(accepted) => return accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "http accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.address)
-    }
-}
-
 impl HttpServer {
     /// Serves on `listener` until [`HttpServer::shutdown`].
     pub fn start(listener: Box<dyn Listener>, config: HttpConfig) -> Result<Self, anyhow::Error> {
@@ -94,6 +97,7 @@ impl HttpServer {
         let address = listener.local_addr()?;
         let options = ClientOptions {
             call_timeout: Duration::from_secs(20),
+            tls: config.tls.as_ref().map(|tls| tls.peer_client()),
             ..ClientOptions::default()
         };
         let cluster = Client::with_options([config.node_address.clone()], options.clone())?;
@@ -103,34 +107,38 @@ impl HttpServer {
             cluster,
             local,
             access_token: config.access_token,
+            scheme: if config.tls.is_some() { "https" } else { "http" },
             stopping: stopping.clone(),
             counters: Counters::default(),
         });
-        let router = Router::new()
+        // The token is checked before a body is read: a caller without it
+        // gets no buffer.
+        let with_token = Router::new()
             .route("/", post(kv_connect::metadata_exchange))
             .route("/kv/{consistency}/snapshot_read", post(kv_connect::snapshot_read))
             .route("/kv/{consistency}/atomic_write", post(kv_connect::atomic_write))
             .route("/kv/{consistency}/watch", post(watch::watch))
             .route("/state/v1/triggers", get(state_api::triggers))
             .route("/state/v1/{function}", post(state_api::call))
+            .route_layer(axum::middleware::from_fn_with_state(gateway.clone(), require_token));
+        let router = Router::new()
+            .merge(with_token)
             .route("/health", get(metrics::health))
             .route("/ready", get(metrics::ready))
             .route("/metrics", get(metrics::metrics))
             .layer(axum::extract::DefaultBodyLimit::max(kv_connect::BODY_BYTES_MAX))
             .with_state(gateway);
-        let listener = FacadeListener {
-            inner: listener,
-            address,
+        let settings = PortSettings {
+            tls: config.tls.clone().map(|tls| (tls, TlsPort::Http)),
+            connections_max: config.connections_max,
+            tls_handshake: Duration::from_millis(config.tls_handshake_ms_max),
+            name: "http",
         };
-        let mut stopped = stopping;
-        let task = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.wait_for(|stop| *stop).await;
-            };
-            if let Err(error) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
-                tracing::error!(%error, "the HTTP port stopped");
-            }
-        });
+        let header_read = Duration::from_millis(config.header_read_ms_max);
+        let serve_one = move |stream: Box<dyn ByteStream>, stop: signal::Receiver<bool>| {
+            serve_connection(stream, router.clone(), header_read, stop)
+        };
+        let task = tokio::spawn(accept_loop(listener, settings, stopping, serve_one));
         tracing::info!(%address, "HTTP port serving KV Connect, health and metrics");
         Ok(Self { address, stop, task })
     }
@@ -140,7 +148,8 @@ impl HttpServer {
         self.address
     }
 
-    /// Ends watches, lets requests in flight finish (bounded) and stops.
+    /// Stops accepting, ends watches and lets requests in flight finish
+    /// (bounded).
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let mut task = self.task;
@@ -148,4 +157,44 @@ impl HttpServer {
             task.abort();
         }
     }
+}
+
+async fn require_token(
+    axum::extract::State(gateway): axum::extract::State<Arc<Gateway>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match kv_connect::authorize(&gateway, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// Serves HTTP/1.1 or HTTP/2 (ALPN, or h2c's preface) on one connection
+/// until it closes; on `stop`, finishes the requests in flight (bounded by
+/// the port's shutdown) and closes.
+async fn serve_connection(
+    stream: Box<dyn ByteStream>,
+    router: Router,
+    header_read: Duration,
+    mut stop: signal::Receiver<bool>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Some(header_read));
+    builder.http2().timer(TokioTimer::new());
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        biased;
+        _ = connection.as_mut() => return,
+        _ = stop.wait_for(|stop| *stop) => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    let _ = connection.await;
 }

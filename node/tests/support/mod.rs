@@ -26,7 +26,10 @@ pub const ACCESS_TOKEN: &str = "test-token";
 
 pub struct Member {
     pub id: u64,
+    /// The member's client port.
     pub address: String,
+    /// The member's peer port.
+    pub peer_address: String,
     /// The member's HTTP port (KV Connect), when the cluster has them.
     pub http: Option<String>,
     pub data_dir: PathBuf,
@@ -40,6 +43,40 @@ pub struct TestCluster {
     pub snapshot_logs_max: u64,
     /// The `--peers` flags the founding members started with.
     pub founding_flags: Vec<String>,
+    /// Flags every member starts with (TLS).
+    pub common_flags: Vec<String>,
+    /// The CA and certificates of a cluster started with TLS.
+    pub tls_dir: Option<PathBuf>,
+}
+
+/// Runs `lode tls` to make a CA (`ca.pem`) and certificates signed by it
+/// in `dir`: `member` (for 127.0.0.1) and `client`.
+pub fn make_certificates(dir: &std::path::Path) {
+    let lode = |arguments: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_lode"))
+            .args(arguments)
+            .arg("--dir")
+            .arg(dir)
+            .output()
+            .expect("run lode tls");
+        assert!(output.status.success(), "{output:?}");
+    };
+    lode(&["tls", "ca"]);
+    lode(&["tls", "issue", "--name", "member", "--hosts", "127.0.0.1,localhost"]);
+    lode(&["tls", "issue", "--name", "client", "--hosts", "127.0.0.1"]);
+}
+
+/// The `lode node` flags for TLS with the certificates in `dir`.
+pub fn tls_flags(dir: &std::path::Path) -> Vec<String> {
+    let path = |name: &str| dir.join(name).display().to_string();
+    vec![
+        "--tls-ca".to_owned(),
+        path("ca.pem"),
+        "--tls-cert".to_owned(),
+        path("member.pem"),
+        "--tls-key".to_owned(),
+        path("member-key.pem"),
+    ]
 }
 
 fn spawn_node(member: &Member, membership: &[String], snapshot_logs_max: u64) -> Child {
@@ -55,6 +92,7 @@ fn spawn_node(member: &Member, membership: &[String], snapshot_logs_max: u64) ->
     Command::new(env!("CARGO_BIN_EXE_lode"))
         .arg("node")
         .args(["--id", &member.id.to_string(), "--listen", &member.address])
+        .args(["--peer-listen", &member.peer_address])
         .arg("--data-dir")
         .arg(&member.data_dir)
         .args(["--snapshot-logs-max", &snapshot_logs_max.to_string()])
@@ -85,8 +123,26 @@ impl TestCluster {
         Self::start_members(count, snapshot_logs_max, &[], true)
     }
 
+    /// Starts `count` founding members with TLS on every port (and HTTP
+    /// ports), with certificates from `lode tls`.
+    pub fn start_with_tls(count: u64, snapshot_logs_max: u64) -> Self {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let tls_dir = directory.path().join("tls");
+        make_certificates(&tls_dir);
+        let flags = tls_flags(&tls_dir);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let mut cluster = Self::start_in(directory, count, snapshot_logs_max, &flags, true);
+        cluster.common_flags = flags.iter().map(|flag| (*flag).to_owned()).collect();
+        cluster.tls_dir = Some(tls_dir);
+        cluster
+    }
+
     fn start_members(count: u64, snapshot_logs_max: u64, extra: &[&str], http: bool) -> Self {
         let directory = tempfile::tempdir().expect("temp dir");
+        Self::start_in(directory, count, snapshot_logs_max, extra, http)
+    }
+
+    fn start_in(directory: tempfile::TempDir, count: u64, snapshot_logs_max: u64, extra: &[&str], http: bool) -> Self {
         let mut members = BTreeMap::new();
         for id in 1..=count {
             let mut member = Self::member(&directory, id);
@@ -97,7 +153,7 @@ impl TestCluster {
         }
         let peers: Vec<String> = members
             .values()
-            .map(|member| format!("{}={}", member.id, member.address))
+            .map(|member| format!("{}={}", member.id, member.peer_address))
             .collect();
         let mut membership = vec!["--peers".to_owned(), peers.join(",")];
         membership.extend(extra.iter().map(|flag| (*flag).to_owned()));
@@ -109,6 +165,8 @@ impl TestCluster {
             members,
             snapshot_logs_max,
             founding_flags: membership,
+            common_flags: Vec::new(),
+            tls_dir: None,
         }
     }
 
@@ -116,6 +174,7 @@ impl TestCluster {
         Member {
             id,
             address: format!("127.0.0.1:{}", free_port()),
+            peer_address: format!("127.0.0.1:{}", free_port()),
             http: None,
             data_dir: directory.path().join(format!("node-{id}")),
             log_path: directory.path().join(format!("node-{id}.log")),
@@ -123,21 +182,46 @@ impl TestCluster {
         }
     }
 
-    /// Starts a new member that waits to be added (`cluster add`).
+    /// The cluster's id, as `lode cluster status --json` reports it.
+    pub fn cluster_id(&self) -> String {
+        let output = self.lode(&["cluster", "status", "--json"]);
+        assert!(output.status.success(), "{output:?}");
+        let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("status JSON");
+        status["cluster_id"].as_str().expect("a cluster id").to_owned()
+    }
+
+    /// Starts a new member that waits to be added (`cluster add`) to this
+    /// cluster; returns its peer address.
     pub fn start_spare(&mut self, id: u64) -> String {
+        let mut flags = vec!["--cluster-id".to_owned(), self.cluster_id()];
+        flags.extend(self.common_flags.iter().cloned());
         let mut member = Self::member(&self.directory, id);
-        member.process = Some(spawn_node(&member, &[], self.snapshot_logs_max));
-        let address = member.address.clone();
+        member.process = Some(spawn_node(&member, &flags, self.snapshot_logs_max));
+        let address = member.peer_address.clone();
         self.members.insert(id, member);
         address
     }
 
-    /// Starts a new member with `--join seed`.
+    /// Starts a new member with `flags` (and the cluster's own); returns its
+    /// peer address.
+    pub fn start_spare_with(&mut self, id: u64, flags: &[String]) -> String {
+        let mut flags = flags.to_vec();
+        flags.extend(self.common_flags.iter().cloned());
+        let mut member = Self::member(&self.directory, id);
+        member.process = Some(spawn_node(&member, &flags, self.snapshot_logs_max));
+        let address = member.peer_address.clone();
+        self.members.insert(id, member);
+        address
+    }
+
+    /// Starts a new member with `--join seed` (a peer address); returns
+    /// its peer address.
     pub fn start_joining(&mut self, id: u64, seed: &str) -> String {
         let mut member = Self::member(&self.directory, id);
-        let flags = vec!["--join".to_owned(), seed.to_owned()];
+        let mut flags = vec!["--join".to_owned(), seed.to_owned()];
+        flags.extend(self.common_flags.iter().cloned());
         member.process = Some(spawn_node(&member, &flags, self.snapshot_logs_max));
-        let address = member.address.clone();
+        let address = member.peer_address.clone();
         self.members.insert(id, member);
         address
     }
@@ -145,7 +229,8 @@ impl TestCluster {
     /// The KV Connect URL of member `id`.
     pub fn kv_connect_url(&self, id: u64) -> String {
         let http = self.members[&id].http.as_ref().expect("the cluster serves HTTP");
-        format!("http://{http}")
+        let scheme = if self.tls_dir.is_some() { "https" } else { "http" };
+        format!("{scheme}://{http}")
     }
 
     pub fn endpoints(&self) -> Vec<String> {
@@ -156,8 +241,19 @@ impl TestCluster {
             .collect()
     }
 
+    /// SDK options that reach this cluster (its CA when it runs TLS).
+    pub fn options(&self) -> ClientOptions {
+        ClientOptions {
+            tls: self
+                .tls_dir
+                .as_ref()
+                .map(|dir| lode_client::tls::ClientTls::from_files(&dir.join("ca.pem"), None).expect("the cluster CA")),
+            ..ClientOptions::default()
+        }
+    }
+
     pub fn client(&self) -> Client {
-        Client::connect(self.endpoints()).expect("client")
+        Client::with_options(self.endpoints(), self.options()).expect("client")
     }
 
     /// A client that talks to one member only and gives up quickly.
@@ -165,7 +261,7 @@ impl TestCluster {
         let options = ClientOptions {
             call_timeout: Duration::from_secs(2),
             attempt_timeout: Duration::from_secs(1),
-            ..ClientOptions::default()
+            ..self.options()
         };
         Client::with_options([self.members[&id].address.clone()], options).expect("client")
     }
@@ -231,6 +327,11 @@ impl TestCluster {
     }
 
     fn restart_with(&mut self, id: u64, flags: &[String]) {
+        let mut flags = flags.to_vec();
+        if !flags.iter().any(|flag| flag == "--tls-ca") {
+            flags.extend(self.common_flags.iter().cloned());
+        }
+        let flags = &flags;
         let snapshot_logs_max = self.snapshot_logs_max;
         let member = self.members.get_mut(&id).expect("member");
         assert!(member.process.is_none(), "member {id} is still running");
@@ -239,11 +340,14 @@ impl TestCluster {
 
     /// Runs the `lode` command-line tool against this cluster.
     pub fn lode(&self, arguments: &[&str]) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_lode"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lode"));
+        command
             .args(arguments)
-            .env("LODE_ENDPOINTS", self.endpoints().join(","))
-            .output()
-            .expect("run lode")
+            .env("LODE_ENDPOINTS", self.endpoints().join(","));
+        if let Some(dir) = &self.tls_dir {
+            command.env("LODE_TLS_CA", dir.join("ca.pem"));
+        }
+        command.output().expect("run lode")
     }
 
     /// Waits until every running member reports the same leader, which is
@@ -259,7 +363,7 @@ impl TestCluster {
             let leaders: std::collections::BTreeSet<Option<u64>> =
                 seen.iter().map(|(_, leader)| leader.clone().ok().flatten()).collect();
             if let [Some(leader)] = leaders.iter().copied().collect::<Vec<_>>().as_slice() {
-                if running.contains(leader) {
+                if running.contains(leader) && self.addresses_published(*leader, &running).await {
                     return *leader;
                 }
             }
@@ -289,6 +393,19 @@ impl TestCluster {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Whether the leader's membership records the client address of every
+    /// running member in it (founders publish theirs once they run).
+    async fn addresses_published(&self, leader: u64, running: &[u64]) -> bool {
+        let Ok(status) = self.client_of(leader).node_status().await else {
+            return false;
+        };
+        status
+            .members
+            .iter()
+            .filter(|member| running.contains(&member.id))
+            .all(|member| member.address == self.members[&member.id].address)
     }
 
     /// Waits until member `id` has applied `position`.
