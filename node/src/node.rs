@@ -79,7 +79,7 @@ impl Node {
         let peer_address = listeners.peer.local_addr()?.to_string();
         let (log_engine, state_engine) = match &config.storage {
             Storage::Disk => {
-                std::fs::create_dir_all(&config.data_dir)?;
+                private_directory(&config.data_dir)?;
                 (
                     SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("log"))?),
                     SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("state"))?),
@@ -257,6 +257,14 @@ async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, sto
         }
     };
     accept_loop(listener, settings, stop, serve_one).await
+}
+
+/// Creates `path` (and its parents) readable by its owner only, and makes
+/// an existing one so: a member's data is nobody else's.
+fn private_directory(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
 }
 
 /// Bootstraps or joins on first start; does nothing on a restart.

@@ -326,6 +326,12 @@ impl TestCluster {
         self.restart_with(id, &["--join".to_owned(), seed.to_owned()]);
     }
 
+    /// Restarts a member with extra `lode node` flags.
+    pub fn restart_with_flags(&mut self, id: u64, flags: &[&str]) {
+        let flags: Vec<String> = flags.iter().map(|flag| (*flag).to_owned()).collect();
+        self.restart_with(id, &flags);
+    }
+
     fn restart_with(&mut self, id: u64, flags: &[String]) {
         let mut flags = flags.to_vec();
         if !flags.iter().any(|flag| flag == "--tls-ca") {
