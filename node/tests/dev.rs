@@ -8,15 +8,16 @@ use std::process::{Child, Command, Stdio};
 use lode_client::Client;
 use support::wait_until;
 
-/// A base port whose member ports (base+1 … base+3) and HTTP ports
-/// (base+101 … base+103) are free on loopback right now.
+/// A base port whose member ports (base+1 … base+3), HTTP ports
+/// (base+101 … base+103) and peer ports (base+201 … base+203) are free on
+/// loopback right now.
 fn free_base_port() -> u16 {
     for _ in 0..100 {
         let base = support::free_port();
         if base > 60_000 {
             continue;
         }
-        let free = [1, 2, 3, 101, 102, 103]
+        let free = [1, 2, 3, 101, 102, 103, 201, 202, 203]
             .into_iter()
             .all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok());
         if free {
@@ -27,9 +28,14 @@ fn free_base_port() -> u16 {
 }
 
 fn start_dev(base: u16, data_dir: &std::path::Path) -> Child {
+    start_dev_with(base, data_dir, &[])
+}
+
+fn start_dev_with(base: u16, data_dir: &std::path::Path, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_lode"))
         .args(["dev", "--base-port", &base.to_string(), "--data-dir"])
         .arg(data_dir)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -77,4 +83,38 @@ async fn lode_dev_serves_and_keeps_its_data_across_restarts() {
     .await;
     assert_eq!((entry.value, entry.version), (b"hello".to_vec(), version));
     stop(dev);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lode_dev_with_tls_makes_its_certificates_and_says_how_to_use_them() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let base = free_base_port();
+    let endpoints: Vec<String> = (1..=3).map(|offset| format!("127.0.0.1:{}", base + offset)).collect();
+    let dev = start_dev_with(base, directory.path(), &["--tls"]);
+    let ca = directory.path().join("tls/ca.pem");
+    wait_until("lode dev to make its CA", || async { ca.exists().then_some(()) }).await;
+    let options = lode_client::ClientOptions {
+        tls: Some(lode_client::tls::ClientTls::from_files(&ca, None).expect("the dev CA")),
+        ..lode_client::ClientOptions::default()
+    };
+    let client = Client::with_options(endpoints.clone(), options).expect("client");
+    wait_until("lode dev to accept a write over TLS", || async {
+        client.kv("dev").set("greeting").bytes("tls").send().await.ok()
+    })
+    .await;
+    let plain = lode_client::ClientOptions {
+        call_timeout: std::time::Duration::from_secs(2),
+        ..lode_client::ClientOptions::default()
+    };
+    let plain = Client::with_options(endpoints, plain).expect("client");
+    assert!(
+        plain.kv("dev").get("greeting").await.is_err(),
+        "a plain client was served"
+    );
+    let printed = stop(dev);
+    assert!(printed.contains("LODE_TLS_CA="), "{printed}");
+    assert!(
+        printed.contains("https://") && printed.contains("DENO_CERT="),
+        "{printed}"
+    );
 }
