@@ -32,10 +32,11 @@ use crate::shared::Shared;
 /// it bounds the largest frame between peers.
 pub const RAFT_PAYLOAD_ENTRIES_MAX: u64 = 16;
 
-/// The largest proposal: the byte limit, plus one write that started below
-/// it, plus encoding overhead per command.
+/// The largest proposal: the encoded byte limit, plus one command that
+/// started below it (no larger than a client-port request), plus the
+/// proposal's own fields.
 const PROPOSAL_BYTES_LARGEST: usize =
-    crate::proposer::PROPOSAL_BYTES_MAX + lode_types::limits::WRITE_BYTES_MAX + 64 * 1024;
+    crate::proposer::PROPOSAL_BYTES_MAX + lode_types::limits::REQUEST_BYTES_MAX + 64 * 1024;
 // A full Raft append fits in one frame between peers.
 const _: () =
     assert!(RAFT_PAYLOAD_ENTRIES_MAX as usize * PROPOSAL_BYTES_LARGEST < lode_client::rpc::PEER_FRAME_BYTES_MAX);

@@ -25,14 +25,21 @@ use crate::clock::MemberClock;
 
 /// Most commands in one log entry.
 pub const PROPOSAL_COMMANDS_MAX: usize = 512;
-/// Bytes of namespaces, keys and values after which a log entry takes no
-/// more commands (one write may carry it past, by at most `write_bytes_max`).
+/// Encoded bytes after which a log entry takes no more commands (one
+/// command may carry it past, by at most `request_bytes_max`).
 pub const PROPOSAL_BYTES_MAX: usize = 2 << 20;
 /// Most proposals appended but not yet applied; more in flight means smaller
 /// groups, fewer means less pipelining.
 pub const PROPOSALS_IN_FLIGHT_MAX: usize = 4;
 /// Most commands waiting for a proposal; beyond it writers get `unavailable`.
 pub const COMMANDS_WAITING_MAX: usize = 65_536;
+/// Most encoded bytes of commands waiting for a proposal; beyond it writers
+/// get `unavailable`.
+pub const COMMANDS_WAITING_BYTES_MAX: usize = 256 << 20;
+/// The unit the waiting bytes are counted in.
+const WAITING_BYTES_UNIT: usize = 1024;
+const _: () = assert!(COMMANDS_WAITING_BYTES_MAX / WAITING_BYTES_UNIT <= u32::MAX as usize);
+const _: () = assert!(lode_types::limits::REQUEST_BYTES_MAX < COMMANDS_WAITING_BYTES_MAX);
 /// How often a waiting proposal checks that this member still leads in the
 /// term it was proposed in.
 pub const LEADERSHIP_CHECK_INTERVAL: Duration = Duration::from_millis(100);
@@ -43,6 +50,11 @@ struct Waiting {
     command: Command,
     /// `None`: the command's keys are unknown before apply; it goes alone.
     keys: Option<Vec<Vec<u8>>>,
+    /// The command's encoded length.
+    bytes: usize,
+    /// Its share of `commands_waiting_bytes_max`, given back once it is
+    /// proposed.
+    _memory: Option<tokio::sync::OwnedSemaphorePermit>,
     reply: Reply,
 }
 
@@ -50,6 +62,7 @@ struct Waiting {
 #[derive(Clone)]
 pub struct Proposer {
     waiting: mpsc::Sender<Waiting>,
+    waiting_bytes: Arc<Semaphore>,
     clock: MemberClock,
     last_stamp_micros: Arc<AtomicU64>,
 }
@@ -70,6 +83,7 @@ impl Proposer {
         tokio::spawn(run(raft, receiver, retention));
         Self {
             waiting,
+            waiting_bytes: Arc::new(Semaphore::new(COMMANDS_WAITING_BYTES_MAX / WAITING_BYTES_UNIT)),
             clock,
             last_stamp_micros: Arc::new(AtomicU64::new(0)),
         }
@@ -95,8 +109,28 @@ impl Proposer {
             operations,
         });
         let keys = command.written_keys();
+        let bytes = command.encoded_bytes();
+        let request_bytes_max = lode_types::limits::REQUEST_BYTES_MAX;
+        if bytes > request_bytes_max {
+            return Err(LodeError::Invalid(format!(
+                "a write of {bytes} encoded bytes is over {request_bytes_max} (request_bytes_max)"
+            )));
+        }
+        let units = bytes.div_ceil(WAITING_BYTES_UNIT).max(1) as u32;
+        let memory = self.waiting_bytes.clone().try_acquire_many_owned(units).map_err(|_| {
+            LodeError::Unavailable(format!(
+                "over {COMMANDS_WAITING_BYTES_MAX} bytes of writes waiting (commands_waiting_bytes_max)"
+            ))
+        })?;
         let (reply, outcome) = oneshot::channel();
-        self.waiting.try_send(Waiting { command, keys, reply }).map_err(|_| {
+        let waiting = Waiting {
+            command,
+            keys,
+            bytes,
+            _memory: Some(memory),
+            reply,
+        };
+        self.waiting.try_send(waiting).map_err(|_| {
             LodeError::Unavailable(format!(
                 "over {COMMANDS_WAITING_MAX} writes waiting (commands_waiting_max)"
             ))
@@ -141,7 +175,7 @@ fn take_group(queue: &mut VecDeque<Waiting>) -> Vec<Waiting> {
         if let Some(op_id) = waiting.command.op_id() {
             op_ids_taken.insert(op_id);
         }
-        bytes_taken += waiting.command.size_bytes();
+        bytes_taken += waiting.bytes;
         group.push(waiting);
     }
     *queue = deferred;
@@ -271,7 +305,15 @@ mod tests {
         });
         let (reply, receiver) = oneshot::channel();
         let keys = command.written_keys();
-        (Waiting { command, keys, reply }, receiver)
+        let bytes = command.encoded_bytes();
+        let waiting = Waiting {
+            command,
+            keys,
+            bytes,
+            _memory: None,
+            reply,
+        };
+        (waiting, receiver)
     }
 
     fn set(key: &str) -> Operation {
@@ -356,5 +398,30 @@ mod tests {
         }
         assert_eq!(take_group(&mut queue).len(), PROPOSAL_COMMANDS_MAX);
         assert_eq!(take_group(&mut queue).len(), 3);
+    }
+
+    /// A group is bounded by what its commands weigh encoded, not by the
+    /// bytes of their keys and values: writes of many tiny operations
+    /// weigh several times their payload, and grouped by payload an entry
+    /// of them came to ~8 MiB, so 16 entries overflowed a peer frame.
+    #[test]
+    fn a_group_is_bounded_by_its_encoded_size() {
+        let mut queue = VecDeque::new();
+        let mut receivers = Vec::new();
+        for writer in 0..400 {
+            let operations = (0..1000).map(|index| set(&format!("{writer:03}-{index:04}"))).collect();
+            let (waiting, receiver) = waiting(Some(writer), operations);
+            queue.push_back(waiting);
+            receivers.push(receiver);
+        }
+        let largest = queue.iter().map(|waiting| waiting.bytes).max().unwrap_or(0);
+        let group = take_group(&mut queue);
+        let encoded: usize = group.iter().map(|waiting| waiting.command.encoded_bytes()).sum();
+        assert!(group.len() > 1);
+        assert!(
+            encoded <= PROPOSAL_BYTES_MAX + largest,
+            "{} commands encode to {encoded} bytes",
+            group.len()
+        );
     }
 }

@@ -159,10 +159,13 @@ impl Command {
         command.validate()
     }
 
-    /// Bytes of namespaces, keys and values the command carries.
-    pub fn size_bytes(&self) -> usize {
-        let Command::V1(command) = self;
-        lode_types::write_size_bytes(&command.operations)
+    /// The length of the command's encoding in a log entry: every field
+    /// counted, so a group of commands is bounded by what it weighs on the
+    /// wire between members.
+    pub fn encoded_bytes(&self) -> usize {
+        // Encoding a command cannot fail (no maps with non-string keys, no
+        // unsized sequences); a failure counts as the largest write.
+        lode_types::binary::encoded_size(self).unwrap_or(lode_types::limits::REQUEST_BYTES_MAX)
     }
 }
 

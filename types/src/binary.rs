@@ -17,6 +17,13 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
     bincode::serialize(value).map_err(|error| error.to_string())
 }
 
+/// The length of `value`'s encoding, computed without encoding it.
+pub fn encoded_size<T: Serialize>(value: &T) -> Result<usize, String> {
+    bincode::serialized_size(value)
+        .map(|size| size as usize)
+        .map_err(|error| error.to_string())
+}
+
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     bincode::DefaultOptions::new()
         .with_fixint_encoding()

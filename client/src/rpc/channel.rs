@@ -181,10 +181,19 @@ async fn write_requests<Request: Serialize, Response>(
 ) {
     let mut frames = FramedWrite::new(write_half, FrameCodec::new(PEER_FRAME_BYTES_MAX));
     while let Some(frame) = requests.recv().await {
-        let written = match encode(&frame) {
-            Ok(bytes) => frames.send(Bytes::from(bytes)).await.map_err(|error| error.to_string()),
-            Err(error) => Err(error),
-        };
+        // Calls queued meanwhile go out in the same write (one TLS record,
+        // one system call), up to a batch.
+        let mut written = feed(&mut frames, frame).await;
+        for _ in 1..FRAMES_PER_WRITE_MAX {
+            let Ok(frame) = requests.try_recv() else { break };
+            if written.is_err() {
+                break;
+            }
+            written = feed(&mut frames, frame).await;
+        }
+        if written.is_ok() {
+            written = frames.flush().await.map_err(|error| error.to_string());
+        }
         if let Err(error) = written {
             tracing::debug!(%error, "a connection failed while writing; its calls fail");
             shared.end();
@@ -193,6 +202,17 @@ async fn write_requests<Request: Serialize, Response>(
     }
     // Every clone of the channel is gone: tell the server we are done.
     let _ = SinkExt::<Bytes>::close(&mut frames).await;
+}
+
+/// Most requests written together before a flush.
+const FRAMES_PER_WRITE_MAX: usize = 64;
+
+async fn feed<Request: Serialize>(
+    frames: &mut FramedWrite<tokio::io::WriteHalf<Box<dyn ByteStream>>, FrameCodec>,
+    frame: ClientFrame<Request>,
+) -> Result<(), String> {
+    let bytes = encode(&frame)?;
+    frames.feed(Bytes::from(bytes)).await.map_err(|error| error.to_string())
 }
 
 async fn read_answers<Response: DeserializeOwned>(

@@ -120,16 +120,44 @@ pub async fn serve_connection<Request, Response>(
                 }
             }
         };
-        let written = match encode(&answer) {
-            Ok(bytes) => outgoing
-                .send(Bytes::from(bytes))
-                .await
-                .map_err(|error| error.to_string()),
-            Err(error) => Err(error),
-        };
+        // Answers that finished meanwhile go out in the same write (one
+        // TLS record, one system call), up to a batch.
+        let mut written = feed(&mut outgoing, &answer).await;
+        for _ in 1..ANSWERS_PER_WRITE_MAX {
+            if written.is_err() {
+                break;
+            }
+            let Ok((id, outcome)) = completions.try_recv() else {
+                break;
+            };
+            if running.0.remove(&id).is_some() {
+                written = feed(&mut outgoing, &ServerFrame { id, outcome }).await;
+            }
+        }
+        if written.is_ok() {
+            written = outgoing.flush().await.map_err(|error| error.to_string());
+        }
         if let Err(error) = written {
             tracing::debug!(%error, "ending a connection that could not be written");
             return;
         }
     }
+}
+
+/// Most answers written together before a flush.
+const ANSWERS_PER_WRITE_MAX: usize = 64;
+
+async fn feed<W, Response>(
+    outgoing: &mut FramedWrite<W, FrameCodec>,
+    answer: &ServerFrame<Response>,
+) -> Result<(), String>
+where
+    W: tokio::io::AsyncWrite + Unpin,
+    Response: Serialize,
+{
+    let bytes = encode(answer)?;
+    outgoing
+        .feed(Bytes::from(bytes))
+        .await
+        .map_err(|error| error.to_string())
 }
