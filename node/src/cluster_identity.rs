@@ -10,7 +10,7 @@
 //! answers none whose id differs from its own, nor any before it has one.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use lode_client::protocol::ClusterId;
 use lode_client::LodeError;
@@ -29,10 +29,11 @@ pub fn founding_cluster_id(name: &str, founders: &BTreeMap<u64, String>) -> Clus
     ClusterId(u128::from_be_bytes(bytes))
 }
 
-/// This member's cluster id, once known, and where it is stored.
+/// This member's cluster id, once known, and where it is stored (until
+/// the member closes its storage: the engine must not outlive shutdown).
 pub struct ClusterIdentity {
     id: OnceLock<ClusterId>,
-    log: LogStore<SelectedEngine>,
+    log: Mutex<Option<LogStore<SelectedEngine>>>,
 }
 
 impl ClusterIdentity {
@@ -42,7 +43,15 @@ impl ClusterIdentity {
         if let Some(stored) = log.cluster_id()? {
             let _ = id.set(ClusterId(stored));
         }
-        Ok(Self { id, log })
+        Ok(Self {
+            id,
+            log: Mutex::new(Some(log)),
+        })
+    }
+
+    /// Lets go of the log engine, so that storage closes with Raft.
+    pub fn close(&self) {
+        self.log.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
     }
 
     pub fn get(&self) -> Option<ClusterId> {
@@ -57,8 +66,11 @@ impl ClusterIdentity {
             Some(current) => return Err(another_cluster(id, current)),
             None => {}
         }
-        self.log
-            .save_cluster_id(id.0)
+        let log = self.log.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        let Some(log) = log else {
+            return Err(LodeError::Unavailable("the member is shutting down".to_owned()));
+        };
+        log.save_cluster_id(id.0)
             .await
             .map_err(|error| LodeError::Unavailable(format!("storing the cluster id failed: {error}")))?;
         let _ = self.id.set(id);

@@ -202,6 +202,7 @@ impl Node {
         if let Err(error) = self.shared.raft.shutdown().await {
             tracing::warn!(%error, "raft did not shut down cleanly");
         }
+        self.shared.cluster.close();
         tracing::info!(node = self.shared.id, "node stopped");
     }
 }

@@ -277,6 +277,9 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         };
         let stored_snapshot = self.stored_snapshot.clone();
         let installed = run_blocking(&self.engine, move |engine| {
+            // A bad or truncated image is refused before anything is saved
+            // or replaced: the live state and the snapshot on disk stay.
+            engine.check_image(&stored.image)?;
             // The snapshot file first, the state second: a crash between
             // them leaves a snapshot newer than the state, which `open`
             // restores. The other order would leave state the snapshot on

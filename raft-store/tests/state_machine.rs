@@ -520,3 +520,52 @@ async fn the_change_log_is_trimmed_to_its_limit_and_says_so() -> TestResult {
     assert_eq!(compacted.trimmed_through, (7, 0));
     Ok(())
 }
+
+/// A bad or truncated image never replaces live state: the install fails,
+/// the member's state and stored snapshot are as before, and it reopens.
+async fn a_bad_image_changes_nothing<E: Engine>(source: Arc<E>, target: Arc<E>) -> TestResult {
+    let mut leader = StateMachineStore::open(source)?;
+    leader.apply(sample_log()).await?;
+    let snapshot = leader.get_snapshot_builder().await.build_snapshot().await?;
+    let image = snapshot.snapshot.into_inner();
+
+    let mut follower = StateMachineStore::open(target)?;
+    apply_one(&mut follower, entry(1, 1_000, None, vec![set("mine", "kept", None)])).await?;
+    let reader = follower.reader();
+    let applied = follower.applied_state().await?.0;
+    assert!(applied.is_some());
+    let truncated = image[..image.len() / 2].to_vec();
+    let not_an_image = vec![0xff; 64];
+    for bad in [truncated, not_an_image, Vec::new()] {
+        let installed = follower
+            .install_snapshot(&snapshot.meta, Box::new(std::io::Cursor::new(bad)))
+            .await;
+        assert!(installed.is_err(), "a bad image was installed");
+        assert_eq!(follower.applied_state().await?.0, applied);
+        assert_eq!(
+            reader.get_entry("ns", b"mine", 0)?.map(|entry| entry.value),
+            Some(b"kept".to_vec())
+        );
+        assert!(
+            follower.get_current_snapshot().await?.is_none(),
+            "a bad image was saved"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bad_snapshot_image_changes_nothing_on_memory_engines() -> TestResult {
+    a_bad_image_changes_nothing(Arc::new(MemoryEngine::new()), Arc::new(MemoryEngine::new())).await
+}
+
+#[tokio::test]
+async fn a_bad_snapshot_image_changes_nothing_on_rocksdb_engines() -> TestResult {
+    let directory = tempfile::tempdir()?;
+    let source = Arc::new(RocksEngine::open(directory.path().join("source"))?);
+    let target = Arc::new(RocksEngine::open(directory.path().join("target"))?);
+    a_bad_image_changes_nothing(source, target).await?;
+    let reopened = StateMachineStore::open(Arc::new(RocksEngine::open(directory.path().join("target"))?))?;
+    assert_eq!(reopened.reader().applied_index(), 1);
+    Ok(())
+}

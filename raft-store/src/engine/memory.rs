@@ -193,6 +193,10 @@ impl Engine for MemoryEngine {
         Ok(checkpoint)
     }
 
+    fn check_image(&self, packed: &[u8]) -> Result<(), EngineError> {
+        decode::<Image>("memory image", packed).map(|_| ())
+    }
+
     fn restore(&self, packed: &[u8]) -> Result<(), EngineError> {
         let image: Image = decode("memory image", packed)?;
         let mut state = self.lock();

@@ -234,6 +234,10 @@ pub trait Engine: Send + Sync + 'static {
     /// apply path.
     fn pack(checkpoint: Self::Checkpoint) -> Result<Vec<u8>, EngineError>;
 
+    /// Whether a packed image could be restored (it decodes, and for RocksDB
+    /// its files open as a database), without touching the live contents.
+    fn check_image(&self, packed: &[u8]) -> Result<(), EngineError>;
+
     /// Replaces the whole contents of the engine with a packed image, durably.
     fn restore(&self, packed: &[u8]) -> Result<(), EngineError>;
 

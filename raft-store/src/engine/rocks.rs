@@ -75,6 +75,32 @@ fn open_database(path: &Path) -> Result<DB, EngineError> {
     Ok(DB::open_cf_descriptors(&options(), path, families)?)
 }
 
+/// Writes the files of a packed image into a fresh `directory`, synced.
+fn unpack(packed: &[u8], directory: &Path) -> Result<(), EngineError> {
+    let image: PackedImage = decode("packed image", packed)?;
+    if image.files.len() > IMAGE_FILES_MAX {
+        return Err(EngineError::corrupt(
+            "packed image",
+            format!("{} files, over {IMAGE_FILES_MAX}", image.files.len()),
+        ));
+    }
+    if directory.exists() {
+        fs::remove_dir_all(directory).map_err(io_context(directory, "removing"))?;
+    }
+    fs::create_dir_all(directory).map_err(io_context(directory, "creating"))?;
+    for (name, contents) in &image.files {
+        let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
+        if !plain {
+            return Err(EngineError::corrupt("packed image", format!("file name {name:?}")));
+        }
+        let path = directory.join(name);
+        let mut file = fs::File::create(&path).map_err(io_context(&path, "creating"))?;
+        std::io::Write::write_all(&mut file, contents).map_err(io_context(&path, "writing"))?;
+        file.sync_all().map_err(io_context(&path, "syncing"))?;
+    }
+    sync_directory(directory)
+}
+
 /// Fsyncs a directory so that renames and creations inside it are durable.
 fn sync_directory(path: &Path) -> Result<(), EngineError> {
     fs::File::open(path)
@@ -281,30 +307,18 @@ impl Engine for RocksEngine {
         encode("packed image", &PackedImage { files })
     }
 
+    fn check_image(&self, packed: &[u8]) -> Result<(), EngineError> {
+        let checking = self.root.join("db.checking");
+        let opened = unpack(packed, &checking).and_then(|()| open_database(&checking).map(drop));
+        if checking.exists() {
+            fs::remove_dir_all(&checking).map_err(io_context(&checking, "removing"))?;
+        }
+        opened.map_err(|error| EngineError::corrupt("packed image", format!("does not open as a database: {error}")))
+    }
+
     fn restore(&self, packed: &[u8]) -> Result<(), EngineError> {
-        let image: PackedImage = decode("packed image", packed)?;
-        if image.files.len() > IMAGE_FILES_MAX {
-            return Err(EngineError::corrupt(
-                "packed image",
-                format!("{} files, over {IMAGE_FILES_MAX}", image.files.len()),
-            ));
-        }
         let installing = self.root.join("db.installing");
-        if installing.exists() {
-            fs::remove_dir_all(&installing).map_err(io_context(&installing, "removing"))?;
-        }
-        fs::create_dir_all(&installing).map_err(io_context(&installing, "creating"))?;
-        for (name, contents) in &image.files {
-            let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
-            if !plain {
-                return Err(EngineError::corrupt("packed image", format!("file name {name:?}")));
-            }
-            let path = installing.join(name);
-            let mut file = fs::File::create(&path).map_err(io_context(&path, "creating"))?;
-            std::io::Write::write_all(&mut file, contents).map_err(io_context(&path, "writing"))?;
-            file.sync_all().map_err(io_context(&path, "syncing"))?;
-        }
-        sync_directory(&installing)?;
+        unpack(packed, &installing)?;
 
         let live = self.root.join("db");
         let old = self.root.join("db.old");

@@ -91,6 +91,13 @@ impl Engine for SelectedEngine {
         }
     }
 
+    fn check_image(&self, packed: &[u8]) -> Result<(), EngineError> {
+        match self {
+            SelectedEngine::Rocks(engine) => engine.check_image(packed),
+            SelectedEngine::Memory(engine) => engine.check_image(packed),
+        }
+    }
+
     fn restore(&self, packed: &[u8]) -> Result<(), EngineError> {
         match self {
             SelectedEngine::Rocks(engine) => engine.restore(packed),
