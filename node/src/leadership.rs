@@ -5,10 +5,9 @@
 
 use lode_client::error::LeaderHint;
 use lode_client::LodeError;
-use lode_raft_store::Member;
+use lode_raft_store::{Member, TypeConfig};
 use openraft::error::ForwardToLeader;
-
-use crate::shared::Shared;
+use openraft::Raft;
 
 /// The leader as this member knows it: where to forward to (its peer
 /// port), and the hint a client follows (its client port).
@@ -29,11 +28,11 @@ impl Leader {
     }
 }
 
-/// The leader, when this member knows it and is not it.
-pub fn leader_elsewhere(shared: &Shared) -> Option<Leader> {
-    let metrics = shared.raft.metrics().borrow().clone();
+/// The leader, when member `id` (running `raft`) knows it and is not it.
+pub fn leader_elsewhere(raft: &Raft<TypeConfig>, id: u64) -> Option<Leader> {
+    let metrics = raft.metrics().borrow().clone();
     let leader = metrics.current_leader?;
-    if leader == shared.id {
+    if leader == id {
         return None;
     }
     let member = metrics.membership_config.membership().get_node(&leader)?.clone();

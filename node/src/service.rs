@@ -74,7 +74,7 @@ impl NodeService {
         L: FnOnce(R) -> LFut,
         LFut: Future<Output = Result<T, LodeError>>,
     {
-        match crate::leadership::leader_elsewhere(&self.shared) {
+        match crate::leadership::leader_elsewhere(&self.shared.raft, self.shared.id) {
             Some(leader) => {
                 self.forward(leader, |client, context| forward(client, context, request))
                     .await
@@ -112,7 +112,7 @@ impl NodeService {
             Ok(outcome) => outcome,
             Err(error @ LodeError::NotLeader { .. }) => {
                 // Leadership moved while the write waited: forward it once.
-                let Some(leader) = crate::leadership::leader_elsewhere(&self.shared) else {
+                let Some(leader) = crate::leadership::leader_elsewhere(&self.shared.raft, self.shared.id) else {
                     return Err(error);
                 };
                 return self
@@ -491,14 +491,19 @@ impl NodeService {
             .add_learner(id, member, true)
             .await
             .map_err(crate::proposer::write_error)?;
+        self.make_voter(id).await?;
+        tracing::info!(member = id, "member added as a voter");
+        Ok(self.local_status())
+    }
+
+    async fn make_voter(&self, id: u64) -> Result<(), LodeError> {
         let voters = std::collections::BTreeSet::from([id]);
         self.shared
             .raft
             .change_membership(ChangeMembers::AddVoterIds(voters), false)
             .await
             .map_err(crate::proposer::write_error)?;
-        tracing::info!(member = id, "member added as a voter");
-        Ok(self.local_status())
+        Ok(())
     }
 
     /// A member already present: makes it a voter if it is not one yet,
@@ -517,12 +522,7 @@ impl NodeService {
             tracing::info!(member = id, "member published its client address");
         }
         if !voter_ids(&self.shared.raft).contains(&id) {
-            let voters = std::collections::BTreeSet::from([id]);
-            self.shared
-                .raft
-                .change_membership(ChangeMembers::AddVoterIds(voters), false)
-                .await
-                .map_err(crate::proposer::write_error)?;
+            self.make_voter(id).await?;
         }
         Ok(self.local_status())
     }

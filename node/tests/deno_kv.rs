@@ -98,14 +98,6 @@ async fn run_client(mut command: tokio::process::Command, what: &str) -> String 
     stdout
 }
 
-fn a_follower(cluster: &TestCluster, leader: u64) -> u64 {
-    cluster
-        .running()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("a follower")
-}
-
 /// `deno run` of one of the scripts against member `id`'s KV Connect URL.
 fn deno_run(cluster: &TestCluster, id: u64, script: &str, deno_dir: &Path) -> tokio::process::Command {
     let mut command = client_command(&deno_binary(), cluster, id, deno_dir);
@@ -140,7 +132,7 @@ async fn deno_runs_the_seed_examples_over_https_with_the_cluster_ca() {
 async fn deno_runs_the_seed_examples(cluster: TestCluster) {
     let leader = cluster.wait_for_leader().await;
     // A follower's port: strong reads and writes go through the leader.
-    let follower = a_follower(&cluster, leader);
+    let follower = cluster.a_follower(leader);
     let deno_dir = tempfile::tempdir().expect("temp dir");
     let mut command = client_command(&deno_binary(), &cluster, follower, deno_dir.path());
     command.args([
@@ -214,7 +206,7 @@ async fn a_deno_client_keeps_writing_while_the_leader_is_killed() {
     const WRITES: usize = 150;
     let mut cluster = TestCluster::start_with_http(3, 10_000);
     let leader = cluster.wait_for_leader().await;
-    let follower = a_follower(&cluster, leader);
+    let follower = cluster.a_follower(leader);
     let deno_dir = tempfile::tempdir().expect("temp dir");
     let mut command = deno_run(&cluster, follower, "writer.ts", deno_dir.path());
     command.env("LODE_WRITES", WRITES.to_string());
@@ -437,7 +429,7 @@ fn stop_gracefully(cluster: &mut TestCluster, id: u64) -> Duration {
 async fn a_watch_ends_cleanly_when_its_member_stops_and_the_client_reconnects() {
     let mut cluster = TestCluster::start_with_http(3, 10_000);
     let leader = cluster.wait_for_leader().await;
-    let follower = a_follower(&cluster, leader);
+    let follower = cluster.a_follower(leader);
     let deno_dir = tempfile::tempdir().expect("temp dir");
     let mut command = deno_run(&cluster, follower, "watcher.ts", deno_dir.path());
     command.env("LODE_STATES", "3");

@@ -151,11 +151,7 @@ async fn the_client_port_refuses_raft_and_a_forged_vote_changes_nothing() {
 async fn a_snapshot_chunk_at_a_huge_offset_is_refused_and_the_member_keeps_running() {
     let cluster = TestCluster::start(3, 10_000);
     let leader = cluster.wait_for_leader().await;
-    let follower = cluster
-        .running()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("a follower");
+    let follower = cluster.a_follower(leader);
     let id = cluster_id(&cluster);
     let term = terms(&cluster).await[0];
     let chunk = InstallSnapshotRequest::<TypeConfig> {

@@ -37,11 +37,7 @@ impl StateHttp {
 async fn cluster() -> (TestCluster, StateHttp) {
     let cluster = TestCluster::start_with_http(3, 10_000);
     let leader = cluster.wait_for_leader().await;
-    let follower = cluster
-        .running()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("a follower");
+    let follower = cluster.a_follower(leader);
     let address = cluster
         .kv_connect_url(follower)
         .trim_start_matches("http://")

@@ -15,10 +15,20 @@ use lode_client::{Client, ClientOptions};
 
 pub const WAIT_MAX: Duration = Duration::from_secs(60);
 
-/// Picks a free loopback port by binding port 0.
+/// Picks a free loopback port by binding port 0, never one this test
+/// process handed out before (tests run in parallel, and a member has three
+/// ports).
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local address").port()
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local address").port();
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// The KV Connect token of test clusters started with HTTP ports.
@@ -193,13 +203,8 @@ impl TestCluster {
     /// Starts a new member that waits to be added (`cluster add`) to this
     /// cluster; returns its peer address.
     pub fn start_spare(&mut self, id: u64) -> String {
-        let mut flags = vec!["--cluster-id".to_owned(), self.cluster_id()];
-        flags.extend(self.common_flags.iter().cloned());
-        let mut member = Self::member(&self.directory, id);
-        member.process = Some(spawn_node(&member, &flags, self.snapshot_logs_max));
-        let address = member.peer_address.clone();
-        self.members.insert(id, member);
-        address
+        let flags = vec!["--cluster-id".to_owned(), self.cluster_id()];
+        self.start_spare_with(id, &flags)
     }
 
     /// Starts a new member with `flags` (and the cluster's own); returns its
@@ -272,6 +277,11 @@ impl TestCluster {
             .filter(|member| member.process.is_some())
             .map(|member| member.id)
             .collect()
+    }
+
+    /// A running member other than `leader`.
+    pub fn a_follower(&self, leader: u64) -> u64 {
+        self.running().into_iter().find(|id| *id != leader).expect("a follower")
     }
 
     /// SIGKILL: no shutdown, no flush.
