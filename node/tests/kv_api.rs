@@ -712,3 +712,38 @@ async fn session_links_are_stored_with_entries_and_list_the_keys_written() {
     );
     cluster.assert_no_errors();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_page_stops_at_its_byte_limit_and_the_walk_goes_on() {
+    let (_cluster, client) = started().await;
+    let kv = client.kv("large");
+    let value = vec![7u8; 60 * 1024];
+    for index in 0..100 {
+        kv.set(format!("k{index:03}"))
+            .bytes(value.clone())
+            .send()
+            .await
+            .expect("write");
+    }
+    let first = kv.scan().limit(1000).fetch().await.expect("first page");
+    let bytes: usize = first
+        .entries
+        .iter()
+        .map(|entry| entry.key.len() + entry.value.len())
+        .sum();
+    let page_max = lode_types::limits::SCAN_PAGE_BYTES_MAX;
+    assert!(
+        first.entries.len() < 100,
+        "one page held all {} entries",
+        first.entries.len()
+    );
+    assert!(bytes < page_max + value.len() + 16, "a page of {bytes} bytes");
+    assert!(first.cursor.is_some(), "a short page without a cursor");
+    let all: Vec<lode_client::Entry> = kv.scan().entries().try_collect().await.expect("walk");
+    let keys: Vec<String> = all
+        .iter()
+        .map(|entry| String::from_utf8_lossy(&entry.key).into_owned())
+        .collect();
+    let expected: Vec<String> = (0..100).map(|index| format!("k{index:03}")).collect();
+    assert_eq!(keys, expected);
+}

@@ -14,7 +14,7 @@ use crate::error::{decode, EngineError};
 use crate::keys;
 use crate::limits::{
     CHANGES_PAGE_EVENTS_MAX, NAMESPACES_EXAMINED_MAX, NAMESPACES_LISTED_MAX, RANGE_ENTRIES_MAX,
-    SCAN_EXAMINED_ENTRIES_MAX, SCAN_PAGE_ENTRIES_MAX,
+    SCAN_EXAMINED_ENTRIES_MAX, SCAN_PAGE_BYTES_MAX, SCAN_PAGE_ENTRIES_MAX,
 };
 use lode_types::KeyRange;
 
@@ -204,6 +204,7 @@ impl<E: Engine> StateReader<E> {
         }
         let mut page = ScanPage::default();
         let mut examined = 0;
+        let mut page_bytes = 0;
         loop {
             let chunk = self.engine.scan(Space::Entries, &start, end.as_deref(), limit)?;
             let exhausted = chunk.len() < limit;
@@ -213,11 +214,13 @@ impl<E: Engine> StateReader<E> {
                     .ok_or_else(|| EngineError::corrupt("entry key", "no namespace prefix"))?;
                 let entry: StoredEntry = decode("entry", &bytes)?;
                 if selector.matches(&key) && entry.is_live_at(now_micros) {
+                    page_bytes += key.len() + entry.value.len();
                     page.entries.push((key.clone(), entry));
                 }
                 start = stored_key;
                 start.push(0);
-                if page.entries.len() == limit || examined == SCAN_EXAMINED_ENTRIES_MAX {
+                let full = page.entries.len() == limit || page_bytes >= SCAN_PAGE_BYTES_MAX;
+                if full || examined == SCAN_EXAMINED_ENTRIES_MAX {
                     page.resume_after = Some(key);
                     return Ok(page);
                 }

@@ -29,6 +29,10 @@ pub const SWEEP_ENTRIES_MAX: u32 = 1000;
 pub const DELETE_RANGE_ENTRIES_MAX: u32 = 10_000;
 /// Most entries one scan page returns.
 pub const SCAN_PAGE_ENTRIES_MAX: usize = 1000;
+/// Bytes of keys and values after which a scan page returns, short, with a
+/// cursor: an answer stays far inside its frame.
+pub const SCAN_PAGE_BYTES_MAX: usize = 4 << 20;
+const _: () = assert!(SCAN_PAGE_BYTES_MAX + KEY_BYTES_MAX + VALUE_BYTES_MAX < (80 << 20));
 /// Most stored entries one scan page examines (expired or filtered ones
 /// included) before it returns, possibly short, with a cursor.
 pub const SCAN_EXAMINED_ENTRIES_MAX: usize = 10_000;
