@@ -172,6 +172,20 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// [`Connection::call`] for a request that changes nothing: a failure
+    /// before any answer is reported as its error (`CallFailure::into_error`).
+    pub async fn request<T, F, Fut>(&self, timeout: Duration, call: F) -> Result<T, LodeError>
+    where
+        F: FnOnce(ServiceClient, tarpc::context::Context) -> Fut,
+        Fut: Future<Output = Result<Result<T, LodeError>, tarpc::client::RpcError>>,
+    {
+        self.call(timeout, call)
+            .await
+            .map_err(|failure| failure.into_error(&self.address))?
+    }
+}
+
 /// Marks a call's channel as suspect when the call is dropped while it
 /// still waits and no other call on the connection was answered meanwhile.
 struct Unanswered<'a> {

@@ -357,12 +357,10 @@ async fn join(shared: &Shared, seed: &str) {
         }
         let addresses = shared.config.advertise.clone();
         let added = connection
-            .call(timeout, |client, context| async move {
+            .request(timeout, |client, context| async move {
                 client.add_member(context, shared.id, addresses, Some(cluster)).await
             })
-            .await
-            .map_err(|failure| failure.into_error(seed))
-            .and_then(|answer| answer);
+            .await;
         match added {
             Ok(status) => {
                 tracing::info!(node = shared.id, leader = ?status.leader, "joined the cluster as a voter");

@@ -363,7 +363,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     config.connection_idle_ms_max = milliseconds(arguments.connection_idle_timeout);
     config.snapshot_logs_max = arguments.snapshot_logs_max;
     config.lease_ttl_ms_max = arguments.lease_ttl_ms_max;
-    config.dedup_retention_ms = u64::try_from(arguments.dedup_retention.as_millis()).unwrap_or(u64::MAX);
+    config.dedup_retention_ms = milliseconds(arguments.dedup_retention);
     config.change_log_events_max = arguments.change_log_events_max;
     config.change_log_bytes_max = arguments.change_log_bytes_max;
     let node = Node::start(config, listeners).await?;

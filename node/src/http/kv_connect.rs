@@ -73,6 +73,7 @@ impl IntoResponse for Refusal {
 }
 
 /// Checks the bearer token: 401 with a reason when it is missing or wrong.
+/// Run by the port's `require_token` layer for every route that needs it.
 pub(super) fn authorize(gateway: &Gateway, headers: &HeaderMap) -> Result<(), Refusal> {
     let presented = headers
         .get(header::AUTHORIZATION)
@@ -101,14 +102,13 @@ pub(super) struct Admitted<'a, M> {
     pub message: M,
 }
 
-/// Checks a data path request: the token, the endpoint and the body.
+/// Checks a data path request: the endpoint and the body (the token was
+/// checked before the body was read, by `require_token`).
 pub(super) fn admit<'a, M: Message + Default>(
     gateway: &'a Gateway,
     consistency: &str,
-    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Admitted<'a, M>, Refusal> {
-    authorize(gateway, headers)?;
     let (client, consistency, strong) = endpoint(gateway, consistency)?;
     let message = M::decode(body).map_err(|error| {
         let what = std::any::type_name::<M>().rsplit("::").next().unwrap_or("request");
@@ -198,9 +198,6 @@ pub(super) async fn metadata_exchange(
     body: Bytes,
 ) -> Response {
     gateway.counters.count("metadata");
-    if let Err(refused) = authorize(&gateway, &headers) {
-        return refused.into_response();
-    }
     let version = match negotiate(&body) {
         Ok(version) => version,
         Err(message) => return text(StatusCode::BAD_REQUEST, message),
@@ -250,7 +247,6 @@ pub(super) async fn metadata_exchange(
 pub(super) async fn snapshot_read(
     State(gateway): State<Arc<Gateway>>,
     Path(consistency): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     gateway.counters.count("snapshot_read");
@@ -259,7 +255,7 @@ pub(super) async fn snapshot_read(
         consistency,
         strong,
         message: read,
-    } = match admit::<pb::SnapshotRead>(&gateway, &consistency, &headers, &body) {
+    } = match admit::<pb::SnapshotRead>(&gateway, &consistency, &body) {
         Ok(admitted) => admitted,
         Err(refused) => return refused.into_response(),
     };
@@ -302,11 +298,10 @@ pub(super) async fn snapshot_read(
 pub(super) async fn atomic_write(
     State(gateway): State<Arc<Gateway>>,
     Path(consistency): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     gateway.counters.count("atomic_write");
-    let write = match admit::<pb::AtomicWrite>(&gateway, &consistency, &headers, &body) {
+    let write = match admit::<pb::AtomicWrite>(&gateway, &consistency, &body) {
         Ok(admitted) => admitted.message,
         Err(refused) => return refused.into_response(),
     };

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use denokv_proto::datapath as pb;
 use lode_client::changes::Changes;
@@ -36,7 +36,6 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 pub(super) async fn watch(
     State(gateway): State<Arc<Gateway>>,
     Path(consistency): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     gateway.counters.count("watch");
@@ -45,7 +44,7 @@ pub(super) async fn watch(
         consistency,
         message: request,
         ..
-    } = match admit::<pb::Watch>(&gateway, &consistency, &headers, &body) {
+    } = match admit::<pb::Watch>(&gateway, &consistency, &body) {
         Ok(admitted) => admitted,
         Err(refused) => return refused.into_response(),
     };

@@ -222,13 +222,7 @@ impl TestCluster {
     /// Starts a new member with `--join seed` (a peer address); returns
     /// its peer address.
     pub fn start_joining(&mut self, id: u64, seed: &str) -> String {
-        let mut member = Self::member(&self.directory, id);
-        let mut flags = vec!["--join".to_owned(), seed.to_owned()];
-        flags.extend(self.common_flags.iter().cloned());
-        member.process = Some(spawn_node(&member, &flags, self.snapshot_logs_max));
-        let address = member.peer_address.clone();
-        self.members.insert(id, member);
-        address
+        self.start_spare_with(id, &["--join".to_owned(), seed.to_owned()])
     }
 
     /// The KV Connect URL of member `id`.
