@@ -27,6 +27,10 @@ pub fn rejection_to_wire(rejection: Rejection) -> LodeError {
         Rejection::NotFound(message) => LodeError::NotFound(message),
         Rejection::LeaseLost(_) => LodeError::LeaseLost,
         Rejection::ChecksFailed { indexes } => LodeError::ChecksFailed { indexes },
+        Rejection::AnswerCompacted { index, trimmed_through } => LodeError::Compacted {
+            requested: (index, 0),
+            trimmed_through,
+        },
     }
 }
 

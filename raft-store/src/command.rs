@@ -91,7 +91,9 @@ pub struct CommandV1 {
     pub operations: Vec<Operation>,
 }
 
-/// Why a whole command was refused at apply time; nothing of it was applied.
+/// Why a command answers no results: it was refused at apply time and
+/// nothing of it was applied, or (`AnswerCompacted` only) it is a repeat
+/// whose original answer can no longer be rebuilt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum Rejection {
     /// The command broke a limit or was malformed. The server checks before
@@ -116,6 +118,12 @@ pub enum Rejection {
     /// checks' places among the command's `Check` operations.
     #[error("checks {indexes:?} failed")]
     ChecksFailed { indexes: Vec<u32> },
+    /// A repeat of an op id whose command applied at log index `index`:
+    /// its answer carried values that dedup records do not keep, and those
+    /// values are no longer live nor in the change log (trimmed through
+    /// `trimmed_through`). The command is not applied again.
+    #[error("the answer of the command applied at index {index} is no longer kept (changes trimmed through {trimmed_through:?})")]
+    AnswerCompacted { index: u64, trimmed_through: (u64, u32) },
 }
 
 /// What applying one command produced.

@@ -91,7 +91,7 @@ fn apply_command<E: Engine>(
         deduplicated: false,
     };
     if let Some(op_id) = command.op_id {
-        dedup::record(context.overlay(), batch, op_id, &outcome)?;
+        dedup::record(context.overlay(), batch, op_id, &command.operations, &outcome)?;
     }
     Ok(outcome)
 }

@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::context::ApplyContext;
+use super::overlay::Overlay;
 use crate::command::{Encoding, EnqueueOptions, FinishedAs, MessageId, QueueDelivery};
 use crate::engine::{Engine, Space};
 use crate::entry::StoredEntry;
@@ -93,6 +94,18 @@ fn first_present<E: Engine>(
         }
     }
     Ok(None)
+}
+
+/// A message's payload while it is claimed, as this entry sees it.
+pub(super) fn claimed_payload<E: Engine>(
+    overlay: &mut Overlay<'_, E>,
+    id: MessageId,
+) -> Result<Option<Vec<u8>>, EngineError> {
+    let Some(entry) = overlay.get(&keys::entry_key(CLAIMED, &id_bytes(id)))? else {
+        return Ok(None);
+    };
+    let claimed: ClaimedMessage = decode("claimed queue message", &entry.value)?;
+    Ok(Some(claimed.message.payload))
 }
 
 /// Takes the next due message for one delivery attempt.
