@@ -131,10 +131,13 @@ impl State {
         }
     }
 
-    /// Every value of the scope, in key order, read page by page.
+    /// Every value of the scope, in key order, read page by page. The State
+    /// API answers a scope whole, so a scope holding more than
+    /// `state_list_bytes_max` bytes of values is refused as `invalid`.
     pub async fn list(&self, scope: &str) -> Result<Vec<Value>, LodeError> {
         check_scope(scope)?;
         let mut values = Vec::new();
+        let mut value_bytes = 0usize;
         let mut after = None;
         loop {
             let request = ReadRequest {
@@ -149,6 +152,16 @@ impl State {
             match self.client.read(request).await?.result {
                 QueryResult::Page { entries, resume_after } => {
                     for entry in entries {
+                        value_bytes += entry.value.len();
+                        if value_bytes > crate::limits::STATE_LIST_BYTES_MAX {
+                            return Err(LodeError::Invalid(format!(
+                                "scope {scope:?} holds more than state_list_bytes_max = {} bytes of values; \
+                                 state::list answers a scope whole, so split it or read it in pages with a KV scan \
+                                 of namespace {:?}",
+                                crate::limits::STATE_LIST_BYTES_MAX,
+                                scope_namespace(scope)
+                            )));
+                        }
                         values.push(parse_json("a stored value", &entry.value)?);
                     }
                     match resume_after {

@@ -220,16 +220,24 @@ impl NodeService {
                 )))
             }
             Query::Ranges { namespace, ranges } => QueryResult::Ranges(
-                reader
-                    .read_ranges(namespace, ranges, now_micros)?
-                    .into_iter()
-                    .map(|entries| {
-                        entries
-                            .into_iter()
-                            .map(|(key, entry)| convert::entry_to_wire(key, entry))
-                            .collect()
-                    })
-                    .collect(),
+                match reader.read_ranges(namespace, ranges, now_micros)? {
+                    Some(read) => read,
+                    None => {
+                        return Ok(Err(LodeError::Invalid(format!(
+                            "the ranges hold more than ranges_read_bytes_max = {} bytes of keys and values; \
+                             read fewer entries per range",
+                            lode_types::limits::RANGES_READ_BYTES_MAX
+                        ))))
+                    }
+                }
+                .into_iter()
+                .map(|entries| {
+                    entries
+                        .into_iter()
+                        .map(|(key, entry)| convert::entry_to_wire(key, entry))
+                        .collect()
+                })
+                .collect(),
             ),
             Query::SessionKeys { session, after, limit } => {
                 let page = reader.session_keys(session, after.as_deref(), *limit as usize)?;

@@ -421,3 +421,58 @@ async fn the_bench_is_bounded_and_reports_every_workload() {
     }
     cluster.assert_no_errors();
 }
+
+/// A range read (Deno KV's snapshot read) has no cursor to return short
+/// with: one that would answer more than `ranges_read_bytes_max` is refused,
+/// naming the limit, and the member goes on serving reads within it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_read_over_its_byte_limit_is_invalid_and_names_the_limit() {
+    use lode_client::protocol::{KeyRange, QueryResult};
+    use lode_types::limits::{RANGES_READ_BYTES_MAX, VALUE_BYTES_MAX};
+
+    let cluster = TestCluster::start(1, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let kv = cluster.client().kv("wide");
+    let value = vec![3u8; VALUE_BYTES_MAX];
+    let count = RANGES_READ_BYTES_MAX / VALUE_BYTES_MAX + 8;
+    let indexes: Vec<usize> = (0..count).collect();
+    for chunk in indexes.chunks(16) {
+        let writes = chunk
+            .iter()
+            .map(|index| kv.set(format!("k{index:04}")).bytes(value.clone()).send());
+        for written in futures::future::join_all(writes).await {
+            written.expect("write");
+        }
+    }
+    let raw = dial(&cluster.members[&leader].address, &Transport::Plain)
+        .await
+        .expect("dial");
+    let read = |limit: u32| ReadRequest {
+        query: Query::Ranges {
+            namespace: "wide".to_owned(),
+            ranges: vec![KeyRange {
+                start: b"k".to_vec(),
+                end: b"l".to_vec(),
+                limit,
+                reverse: false,
+            }],
+        },
+        consistency: Consistency::Linearizable,
+    };
+    let error = raw
+        .read(context(), read(1000))
+        .await
+        .expect("transport")
+        .expect_err("a read over the byte limit");
+    assert!(error.is_invalid(), "{error}");
+    assert!(error.to_string().contains("ranges_read_bytes_max"), "{error}");
+    let answer = raw
+        .read(context(), read(500))
+        .await
+        .expect("transport")
+        .expect("a read within the limit");
+    match answer.result {
+        QueryResult::Ranges(ranges) => assert_eq!(ranges[0].len(), 500),
+        other => panic!("expected ranges, got {other:?}"),
+    }
+}

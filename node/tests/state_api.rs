@@ -353,3 +353,38 @@ async fn the_user_profile_example() {
     );
     cluster.assert_no_errors();
 }
+
+/// `state::list` answers a scope whole, with no cursor: a scope holding
+/// more than `state_list_bytes_max` bytes of values is refused, naming the
+/// limit, and smaller scopes still list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_too_large_to_list_whole_is_invalid_and_names_the_limit() {
+    use lode_types::limits::STATE_LIST_BYTES_MAX;
+
+    let (cluster, state) = cluster().await;
+    let sdk = cluster.client().state();
+    let text = "x".repeat(60_000);
+    let count = STATE_LIST_BYTES_MAX / text.len() + 4;
+    let indexes: Vec<usize> = (0..count).collect();
+    for chunk in indexes.chunks(16) {
+        let keys: Vec<String> = chunk.iter().map(|index| format!("k{index:04}")).collect();
+        let writes = keys.iter().map(|key| sdk.set("wide", key, json!(text)));
+        for written in futures::future::join_all(writes).await {
+            written.expect("set");
+        }
+    }
+    let (status, body) = state.call("list", json!({ "scope": "wide" }));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid")),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("state_list_bytes_max")),
+        "{body}"
+    );
+    state.ok("set", json!({ "scope": "narrow", "key": "k", "value": 1 }));
+    assert_eq!(state.ok("list", json!({ "scope": "narrow" })), json!([1]));
+}

@@ -13,7 +13,7 @@ use crate::entry::StoredEntry;
 use crate::error::{decode, EngineError};
 use crate::keys;
 use crate::limits::{
-    CHANGES_PAGE_EVENTS_MAX, NAMESPACES_EXAMINED_MAX, NAMESPACES_LISTED_MAX, RANGE_ENTRIES_MAX,
+    CHANGES_PAGE_EVENTS_MAX, NAMESPACES_EXAMINED_MAX, NAMESPACES_LISTED_MAX, RANGES_READ_BYTES_MAX, RANGE_ENTRIES_MAX,
     SCAN_EXAMINED_ENTRIES_MAX, SCAN_PAGE_BYTES_MAX, SCAN_PAGE_ENTRIES_MAX,
 };
 use lode_types::KeyRange;
@@ -235,13 +235,15 @@ impl<E: Engine> StateReader<E> {
     /// one consistent view: one list of (key, entry) per range, in the
     /// range's walk order. A range examines at most
     /// `scan_examined_entries_max` stored entries, so one crowded with
-    /// expired entries awaiting their sweep may come back short.
+    /// expired entries awaiting their sweep may come back short. `None`
+    /// when the ranges hold more than `ranges_read_bytes_max` bytes of keys
+    /// and values.
     pub fn read_ranges(
         &self,
         namespace: &str,
         ranges: &[KeyRange],
         now_micros: u64,
-    ) -> Result<Vec<KeyedEntries>, EngineError> {
+    ) -> Result<Option<Vec<KeyedEntries>>, EngineError> {
         let reads: Vec<RangeRead> = ranges
             .iter()
             .map(|range| RangeRead {
@@ -252,12 +254,24 @@ impl<E: Engine> StateReader<E> {
                 examined_max: SCAN_EXAMINED_ENTRIES_MAX,
             })
             .collect();
-        let live = |_: &[u8], value: &[u8]| {
-            decode::<StoredEntry>("entry", value).is_ok_and(|entry| entry.is_live_at(now_micros))
+        // Past the byte limit nothing more is kept, so the read holds at
+        // most the limit and one entry before it is refused.
+        let bytes_kept = std::cell::Cell::new(0usize);
+        let keep = |stored_key: &[u8], value: &[u8]| {
+            if bytes_kept.get() > RANGES_READ_BYTES_MAX {
+                return false;
+            }
+            let live = decode::<StoredEntry>("entry", value).is_ok_and(|entry| entry.is_live_at(now_micros));
+            if live {
+                bytes_kept.set(bytes_kept.get() + stored_key.len() + value.len());
+            }
+            live
         };
-        self.engine
-            .read_ranges(Space::Entries, &reads, &live)?
-            .into_iter()
+        let read = self.engine.read_ranges(Space::Entries, &reads, &keep)?;
+        if bytes_kept.get() > RANGES_READ_BYTES_MAX {
+            return Ok(None);
+        }
+        read.into_iter()
             .map(|pairs| {
                 pairs
                     .into_iter()
@@ -268,7 +282,8 @@ impl<E: Engine> StateReader<E> {
                     })
                     .collect()
             })
-            .collect()
+            .collect::<Result<_, _>>()
+            .map(Some)
     }
 
     /// When the next queue message is due, if any message waits.

@@ -41,6 +41,19 @@ pub const RANGES_PER_READ_MAX: usize = 10;
 /// Most entries one range of a range read returns (Deno KV's entries per
 /// read).
 pub const RANGE_ENTRIES_MAX: usize = 1000;
+/// Bytes of keys and values one range read may answer, over all its
+/// ranges. A range read (Deno KV's snapshot read) has no cursor to return
+/// short with, so a read over it is refused as `invalid`. Deno's own list
+/// batches (at most 500 entries of at most 66 KiB) fit.
+pub const RANGES_READ_BYTES_MAX: usize = 48 << 20;
+const _: () = assert!(500 * (KEY_BYTES_MAX + VALUE_BYTES_MAX) < RANGES_READ_BYTES_MAX);
+// Room for the crossing entry and every entry's encoding beside the bytes.
+const _: () = assert!(
+    RANGES_READ_BYTES_MAX + KEY_BYTES_MAX + VALUE_BYTES_MAX + RANGES_PER_READ_MAX * RANGE_ENTRIES_MAX * 64 < (80 << 20)
+);
+/// Bytes of values `state::list` answers: the State API lists a whole scope
+/// in one array, with no cursor, so a larger scope is refused as `invalid`.
+pub const STATE_LIST_BYTES_MAX: usize = 16 << 20;
 /// Longest bound of a read range, in bytes: one more than a written key, so
 /// a prefix's end bound fits (Deno KV's read key limit).
 pub const RANGE_BOUND_BYTES_MAX: usize = KEY_BYTES_MAX + 1;
