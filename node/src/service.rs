@@ -26,9 +26,10 @@ use crate::convert;
 use crate::leadership::Leader;
 use crate::shared::{voter_ids, Shared};
 
-/// The largest snapshot a member receives, in bytes: snapshots travel
-/// whole in memory.
-pub const SNAPSHOT_BYTES_MAX: u64 = 2 << 30;
+/// The largest snapshot image a member receives, in bytes. A received
+/// image is written to a file chunk by chunk, never held in memory; the
+/// bound keeps a chunk's offset from growing a file past any real state.
+pub const SNAPSHOT_BYTES_MAX: u64 = 64 << 30;
 
 /// Most expired entries a status counts.
 pub const EXPIRED_COUNTED_MAX: usize = 10_000;
@@ -767,8 +768,9 @@ impl LodeService for NodeService {
     }
 }
 
-/// A snapshot chunk lands in memory at the offset it names: one past the
-/// largest snapshot a member takes is refused before openraft writes it.
+/// A snapshot chunk lands in the receiving file at the offset it names: one
+/// past the largest snapshot a member takes is refused before openraft
+/// writes it.
 fn check_snapshot_chunk(request: &openraft::raft::InstallSnapshotRequest<TypeConfig>) -> Result<(), LodeError> {
     let end = request.offset.saturating_add(request.data.len() as u64);
     if end > SNAPSHOT_BYTES_MAX {

@@ -1,10 +1,10 @@
 //! openraft's state machine over an [`Engine`]: applies committed entries,
-//! builds snapshots from engine checkpoints and installs received ones.
+//! builds snapshots from engine checkpoints and installs received ones,
+//! as images openraft streams in chunks (files for RocksDB).
 //!
 //! State-machine data and `last_applied` always go in one write batch, so a
 //! crash never leaves state that disagrees with the position it claims.
 
-use std::io::Cursor;
 use std::sync::Arc;
 
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
@@ -19,7 +19,7 @@ use crate::error::{decode, encode, read_error, write_error, EngineError};
 use crate::keys::meta;
 
 use crate::reader::StateReader;
-use crate::snapshot::StoredSnapshot;
+use crate::snapshot::{SnapshotImage, StoredSnapshot};
 use crate::type_config::{Member, NodeId, TypeConfig};
 
 type Membership = StoredMembership<NodeId, Member>;
@@ -60,19 +60,21 @@ impl SnapshotOnDisk {
     }
 }
 
-/// Saves `stored` unless the snapshot on disk is at least as new; returns
-/// whether it was saved.
+/// Saves `image` as the snapshot of `meta` unless the snapshot on disk is
+/// at least as new; returns whether it was saved.
 fn save_if_newer<E: Engine>(
     engine: &E,
     on_disk: &SnapshotOnDisk,
-    stored: &StoredSnapshot,
+    meta: &SnapshotMeta<NodeId, Member>,
+    image: &SnapshotImage,
 ) -> Result<bool, EngineError> {
     let mut last_log_id = on_disk.lock();
-    if last_log_id.is_some() && *last_log_id >= stored.meta.last_log_id {
+    if last_log_id.is_some() && *last_log_id >= meta.last_log_id {
         return Ok(false);
     }
-    engine.save_snapshot(&stored.to_bytes()?)?;
-    *last_log_id = stored.meta.last_log_id;
+    let record = StoredSnapshot { meta: meta.clone() }.to_bytes()?;
+    engine.save_snapshot(&record, image)?;
+    *last_log_id = meta.last_log_id;
     Ok(true)
 }
 
@@ -101,8 +103,8 @@ impl<E: Engine> StateMachineStore<E> {
     pub fn open(engine: Arc<E>) -> Result<Self, EngineError> {
         let mut applied = applied_log_id(engine.as_ref())?;
         let mut stored_snapshot = None;
-        if let Some(bytes) = engine.load_snapshot()? {
-            let snapshot = StoredSnapshot::from_bytes(&bytes)?;
+        if let Some((record, image)) = engine.load_snapshot()? {
+            let snapshot = StoredSnapshot::from_bytes(&record)?;
             stored_snapshot = snapshot.meta.last_log_id;
             if snapshot.meta.last_log_id > applied {
                 tracing::warn!(
@@ -110,7 +112,8 @@ impl<E: Engine> StateMachineStore<E> {
                     applied = ?applied,
                     "state is older than the stored snapshot; restoring the snapshot"
                 );
-                engine.restore(&snapshot.image)?;
+                let prepared = engine.prepare_restore(&image)?;
+                engine.finish_restore(prepared)?;
                 applied = applied_log_id(engine.as_ref())?;
             }
         }
@@ -184,20 +187,21 @@ impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
         let (checkpoint, meta) = taken
             .map_err(|message| read_error(EngineError::io("taking a checkpoint", std::io::Error::other(message))))?;
         let stored_snapshot = self.stored_snapshot.clone();
-        let stored = run_blocking(&self.engine, move |engine| {
-            let image = E::pack(checkpoint)?;
-            let stored = StoredSnapshot { meta, image };
-            if !save_if_newer(engine, &stored_snapshot, &stored)? {
-                tracing::info!(snapshot = %stored.meta.snapshot_id, "a newer snapshot was stored meanwhile; keeping it");
+        let (meta, image) = run_blocking(&self.engine, move |engine| {
+            let image = engine.pack(checkpoint)?;
+            if !save_if_newer(engine, &stored_snapshot, &meta, &image)? {
+                // Served from the open image, then gone: the newer one stays.
+                engine.discard_image(&image)?;
+                tracing::info!(snapshot = %meta.snapshot_id, "a newer snapshot was stored meanwhile; keeping it");
             }
-            Ok(stored)
+            Ok((meta, image))
         })
         .await
         .map_err(write_error)?;
-        tracing::info!(snapshot = %stored.meta.snapshot_id, bytes = stored.image.len(), "built snapshot");
+        tracing::info!(snapshot = %meta.snapshot_id, image = ?image, "built snapshot");
         Ok(Snapshot {
-            meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.image)),
+            meta,
+            snapshot: Box::new(image),
         })
     }
 }
@@ -261,32 +265,41 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotImage>, StorageError<NodeId>> {
+        let image = run_blocking(&self.engine, |engine| engine.receiving_image())
+            .await
+            .map_err(write_error)?;
+        Ok(Box::new(image))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, Member>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotImage>,
     ) -> Result<(), StorageError<NodeId>> {
-        let image = snapshot.into_inner();
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            image,
-        };
         let stored_snapshot = self.stored_snapshot.clone();
+        let saved_meta = meta.clone();
         let installed = run_blocking(&self.engine, move |engine| {
+            let image = engine.adopt_image(*snapshot)?;
             // A bad or truncated image is refused before anything is saved
             // or replaced: the live state and the snapshot on disk stay.
-            engine.check_image(&stored.image)?;
-            // The snapshot file first, the state second: a crash between
-            // them leaves a snapshot newer than the state, which `open`
-            // restores. The other order would leave state the snapshot on
-            // disk does not cover, and openraft, finding the log behind the
-            // applied state on restart, purges the log up to it.
-            save_if_newer(engine, &stored_snapshot, &stored)?;
-            engine.restore(&stored.image)?;
+            let prepared = match engine.prepare_restore(&image) {
+                Ok(prepared) => prepared,
+                Err(error) => {
+                    engine.discard_image(&image)?;
+                    return Err(error);
+                }
+            };
+            // The snapshot first, the state second: a crash between them
+            // leaves a snapshot newer than the state, which `open` restores.
+            // The other order would leave state the snapshot on disk does
+            // not cover, and openraft, finding the log behind the applied
+            // state on restart, purges the log up to it.
+            let saved = save_if_newer(engine, &stored_snapshot, &saved_meta, &image)?;
+            engine.finish_restore(prepared)?;
+            if !saved {
+                engine.discard_image(&image)?;
+            }
             applied_log_id(engine)
         })
         .await
@@ -305,13 +318,13 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let Some(bytes) = self.engine.load_snapshot().map_err(read_error)? else {
+        let Some((record, image)) = self.engine.load_snapshot().map_err(read_error)? else {
             return Ok(None);
         };
-        let stored = StoredSnapshot::from_bytes(&bytes).map_err(read_error)?;
+        let stored = StoredSnapshot::from_bytes(&record).map_err(read_error)?;
         Ok(Some(Snapshot {
             meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.image)),
+            snapshot: Box::new(image),
         }))
     }
 }

@@ -1,7 +1,5 @@
 //! The openraft type configuration shared by every Lode crate that speaks Raft.
 
-use std::io::Cursor;
-
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Proposal, ProposalOutcome};
@@ -26,13 +24,13 @@ impl std::fmt::Display for Member {
 
 openraft::declare_raft_types!(
     /// Lode's Raft types: proposals (grouped commands) in, their outcomes out, members addressed by
-    /// their peer and client addresses, snapshots held in memory as one packed image.
+    /// their peer and client addresses, snapshots as engine images (files for RocksDB) streamed in chunks.
     pub TypeConfig:
         D = Proposal,
         R = ProposalOutcome,
         NodeId = NodeId,
         Node = Member,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::snapshot::SnapshotImage,
         AsyncRuntime = crate::runtime::LodeRuntime,
 );

@@ -10,6 +10,7 @@ use lode_raft_store::{CommandOutcome, LogStore, MemoryEngine, RocksEngine, State
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::testing::log_id;
 use openraft::{Entry, EntryPayload};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -222,6 +223,44 @@ async fn a_snapshot_moves_state_between_rocksdb_engines() -> TestResult {
     // The restored image survives a reopen of the target directory.
     let reopened = StateMachineStore::open(Arc::new(RocksEngine::open(directory.path().join("target"))?))?;
     assert_eq!(reopened.reader().applied_index(), 6);
+    Ok(())
+}
+
+/// Snapshot images are files under `snapshots/`: a reopen removes the ones
+/// `current` does not name, and images built after it never overwrite the
+/// kept one, whose stream still restores elsewhere.
+#[tokio::test]
+async fn a_reopened_rocksdb_engine_keeps_its_snapshot_image_and_drops_leftovers() -> TestResult {
+    let directory = tempfile::tempdir()?;
+    let root = directory.path().join("source");
+    let first = {
+        let mut state = StateMachineStore::open(Arc::new(RocksEngine::open(&root)?))?;
+        state.apply(sample_log()).await?;
+        state.get_snapshot_builder().await.build_snapshot().await?.meta
+    };
+    std::fs::write(root.join("snapshots/received-77"), b"a partial image")?;
+    let mut state = StateMachineStore::open(Arc::new(RocksEngine::open(&root)?))?;
+    let names = || -> std::io::Result<Vec<String>> {
+        let mut names: Vec<String> = std::fs::read_dir(root.join("snapshots"))?
+            .map(|item| item.map(|item| item.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_, _>>()?;
+        names.sort();
+        Ok(names)
+    };
+    assert_eq!(names()?.len(), 2, "current and its image only: {:?}", names()?);
+    let kept = state
+        .get_current_snapshot()
+        .await?
+        .ok_or("the snapshot survives a reopen")?;
+    assert_eq!(kept.meta, first);
+    apply_one(&mut state, entry(6, 7_000, None, vec![set("late", "x", None)])).await?;
+    let second = state.get_snapshot_builder().await.build_snapshot().await?;
+    assert_eq!(second.meta.last_log_id, Some(log_id(2, 1, 6)));
+    assert_eq!(names()?.len(), 2, "the older image is gone: {:?}", names()?);
+    // The first image, opened before it was replaced, still streams whole.
+    let mut follower = StateMachineStore::open(Arc::new(RocksEngine::open(directory.path().join("target"))?))?;
+    follower.install_snapshot(&kept.meta, kept.snapshot).await?;
+    assert_eq!(follower.reader().applied_index(), 5);
     Ok(())
 }
 
@@ -526,8 +565,9 @@ async fn the_change_log_is_trimmed_to_its_limit_and_says_so() -> TestResult {
 async fn a_bad_image_changes_nothing<E: Engine>(source: Arc<E>, target: Arc<E>) -> TestResult {
     let mut leader = StateMachineStore::open(source)?;
     leader.apply(sample_log()).await?;
-    let snapshot = leader.get_snapshot_builder().await.build_snapshot().await?;
-    let image = snapshot.snapshot.into_inner();
+    let mut snapshot = leader.get_snapshot_builder().await.build_snapshot().await?;
+    let mut image = Vec::new();
+    snapshot.snapshot.read_to_end(&mut image).await?;
 
     let mut follower = StateMachineStore::open(target)?;
     apply_one(&mut follower, entry(1, 1_000, None, vec![set("mine", "kept", None)])).await?;
@@ -537,9 +577,11 @@ async fn a_bad_image_changes_nothing<E: Engine>(source: Arc<E>, target: Arc<E>) 
     let truncated = image[..image.len() / 2].to_vec();
     let not_an_image = vec![0xff; 64];
     for bad in [truncated, not_an_image, Vec::new()] {
-        let installed = follower
-            .install_snapshot(&snapshot.meta, Box::new(std::io::Cursor::new(bad)))
-            .await;
+        // Written the way openraft writes a received snapshot.
+        let mut receiving = follower.begin_receiving_snapshot().await?;
+        receiving.write_all(&bad).await?;
+        receiving.shutdown().await?;
+        let installed = follower.install_snapshot(&snapshot.meta, receiving).await;
         assert!(installed.is_err(), "a bad image was installed");
         assert_eq!(follower.applied_state().await?.0, applied);
         assert_eq!(
@@ -565,6 +607,10 @@ async fn a_bad_snapshot_image_changes_nothing_on_rocksdb_engines() -> TestResult
     let source = Arc::new(RocksEngine::open(directory.path().join("source"))?);
     let target = Arc::new(RocksEngine::open(directory.path().join("target"))?);
     a_bad_image_changes_nothing(source, target).await?;
+    let left: Vec<_> = std::fs::read_dir(directory.path().join("target/snapshots"))?
+        .map(|item| item.map(|item| item.file_name()))
+        .collect::<Result<_, _>>()?;
+    assert!(left.is_empty(), "refused images were left on disk: {left:?}");
     let reopened = StateMachineStore::open(Arc::new(RocksEngine::open(directory.path().join("target"))?))?;
     assert_eq!(reopened.reader().applied_index(), 1);
     Ok(())

@@ -3,6 +3,7 @@
 //! last sync are lost.
 
 use std::collections::BTreeMap;
+use std::io::Cursor;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -10,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{collect_range, Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch, WriteOp};
 use crate::error::{decode, encode, EngineError};
+use crate::snapshot::SnapshotImage;
 
 type Spaces = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
 
@@ -21,7 +23,8 @@ struct State {
     durable: Spaces,
     /// Buffered batches not yet in `durable`, oldest first.
     unsynced: Vec<WriteBatch>,
-    snapshot: Option<Vec<u8>>,
+    /// The current snapshot: its record and image.
+    snapshot: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Cloning shares the same storage, the way two opens of one directory would.
@@ -36,8 +39,9 @@ impl std::fmt::Debug for MemoryEngine {
     }
 }
 
+/// The whole engine as a snapshot image holds it.
 #[derive(Serialize, Deserialize)]
-struct Image {
+pub struct Image {
     spaces: Spaces,
 }
 
@@ -92,6 +96,7 @@ fn apply(spaces: &mut Spaces, batch: &WriteBatch) {
 
 impl Engine for MemoryEngine {
     type Checkpoint = Vec<u8>;
+    type Prepared = Image;
 
     fn blocks_on_disk(&self) -> bool {
         false
@@ -189,16 +194,29 @@ impl Engine for MemoryEngine {
         )
     }
 
-    fn pack(checkpoint: Vec<u8>) -> Result<Vec<u8>, EngineError> {
-        Ok(checkpoint)
+    fn pack(&self, checkpoint: Vec<u8>) -> Result<SnapshotImage, EngineError> {
+        Ok(SnapshotImage::Memory(Cursor::new(checkpoint)))
     }
 
-    fn check_image(&self, packed: &[u8]) -> Result<(), EngineError> {
-        decode::<Image>("memory image", packed).map(|_| ())
+    fn receiving_image(&self) -> Result<SnapshotImage, EngineError> {
+        Ok(SnapshotImage::Memory(Cursor::new(Vec::new())))
     }
 
-    fn restore(&self, packed: &[u8]) -> Result<(), EngineError> {
-        let image: Image = decode("memory image", packed)?;
+    fn adopt_image(&self, image: SnapshotImage) -> Result<SnapshotImage, EngineError> {
+        match image {
+            SnapshotImage::Memory(_) => Ok(image),
+            SnapshotImage::File { .. } => Err(EngineError::corrupt("memory image", "a file, not bytes")),
+        }
+    }
+
+    fn prepare_restore(&self, image: &SnapshotImage) -> Result<Image, EngineError> {
+        let bytes = image
+            .bytes()
+            .ok_or_else(|| EngineError::corrupt("memory image", "a file, not bytes"))?;
+        decode("memory image", bytes)
+    }
+
+    fn finish_restore(&self, image: Image) -> Result<(), EngineError> {
         let mut state = self.lock();
         state.current = image.spaces.clone();
         state.durable = image.spaces;
@@ -206,13 +224,24 @@ impl Engine for MemoryEngine {
         Ok(())
     }
 
-    fn save_snapshot(&self, bytes: &[u8]) -> Result<(), EngineError> {
-        self.lock().snapshot = Some(bytes.to_vec());
+    fn save_snapshot(&self, record: &[u8], image: &SnapshotImage) -> Result<(), EngineError> {
+        let bytes = image
+            .bytes()
+            .ok_or_else(|| EngineError::corrupt("memory image", "a file, not bytes"))?;
+        self.lock().snapshot = Some((record.to_vec(), bytes.to_vec()));
         Ok(())
     }
 
-    fn load_snapshot(&self) -> Result<Option<Vec<u8>>, EngineError> {
-        Ok(self.lock().snapshot.clone())
+    fn load_snapshot(&self) -> Result<Option<(Vec<u8>, SnapshotImage)>, EngineError> {
+        Ok(self
+            .lock()
+            .snapshot
+            .clone()
+            .map(|(record, image)| (record, SnapshotImage::Memory(Cursor::new(image)))))
+    }
+
+    fn discard_image(&self, _image: &SnapshotImage) -> Result<(), EngineError> {
+        Ok(())
     }
 }
 

@@ -3,13 +3,16 @@
 //! in memory in unit and simulation tests.
 //!
 //! The trait is deliberately small: point reads, bounded range scans, atomic
-//! write batches with a sync flag, and whole-engine images for snapshots.
+//! write batches with a sync flag, and whole-engine images for snapshots
+//! (files for RocksDB, streamed; bytes for the in-memory engine).
 
+mod image_archive;
 pub mod memory;
 pub mod rocks;
 pub mod selected;
 
 use crate::error::EngineError;
+use crate::snapshot::SnapshotImage;
 
 /// A keyspace inside an engine (a RocksDB column family).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -197,6 +200,8 @@ where
 pub trait Engine: Send + Sync + 'static {
     /// A point-in-time image of the whole engine, cheap to take.
     type Checkpoint: Send + Sync + 'static;
+    /// An image checked and ready to replace the live contents.
+    type Prepared: Send + 'static;
 
     /// Whether synced writes and image packing block the calling thread on
     /// the disk, so async callers should move them to a blocking thread.
@@ -230,21 +235,35 @@ pub trait Engine: Send + Sync + 'static {
     /// Takes a consistent image of every space as of the last write.
     fn checkpoint(&self) -> Result<Self::Checkpoint, EngineError>;
 
-    /// Turns an image into bytes another node can restore. Slow; runs off the
-    /// apply path.
-    fn pack(checkpoint: Self::Checkpoint) -> Result<Vec<u8>, EngineError>;
+    /// Turns a checkpoint into an image another member can restore (for
+    /// RocksDB a file, written as a stream). Slow; runs off the apply path.
+    fn pack(&self, checkpoint: Self::Checkpoint) -> Result<SnapshotImage, EngineError>;
 
-    /// Whether a packed image could be restored (it decodes, and for RocksDB
-    /// its files open as a database), without touching the live contents.
-    fn check_image(&self, packed: &[u8]) -> Result<(), EngineError>;
+    /// An empty image for openraft to write a received snapshot into.
+    fn receiving_image(&self) -> Result<SnapshotImage, EngineError>;
 
-    /// Replaces the whole contents of the engine with a packed image, durably.
-    fn restore(&self, packed: &[u8]) -> Result<(), EngineError>;
+    /// `image` as one this engine keeps: a file image from elsewhere (another
+    /// engine's, as openraft's storage suite hands over) is copied in.
+    fn adopt_image(&self, image: SnapshotImage) -> Result<SnapshotImage, EngineError>;
 
-    /// Stores the current snapshot (meta and packed image) durably, replacing
-    /// the previous one.
-    fn save_snapshot(&self, bytes: &[u8]) -> Result<(), EngineError>;
+    /// Checks that an image restores (it decodes, and for RocksDB its files
+    /// open as a database) and readies it to replace the live contents,
+    /// without touching them.
+    fn prepare_restore(&self, image: &SnapshotImage) -> Result<Self::Prepared, EngineError>;
 
-    /// The snapshot last stored by `save_snapshot`.
-    fn load_snapshot(&self) -> Result<Option<Vec<u8>>, EngineError>;
+    /// Replaces the whole contents of the engine with a prepared image,
+    /// durably.
+    fn finish_restore(&self, prepared: Self::Prepared) -> Result<(), EngineError>;
+
+    /// Stores `image` durably as the current snapshot, with `record` (its
+    /// meta) beside it, replacing the previous one.
+    fn save_snapshot(&self, record: &[u8], image: &SnapshotImage) -> Result<(), EngineError>;
+
+    /// The record and image last stored by `save_snapshot`.
+    fn load_snapshot(&self) -> Result<Option<(Vec<u8>, SnapshotImage)>, EngineError>;
+
+    /// Removes an image that was not saved (a built one older than the
+    /// snapshot on disk, a received one that was refused); a file image
+    /// stays readable through the handle `image` holds until it is dropped.
+    fn discard_image(&self, image: &SnapshotImage) -> Result<(), EngineError>;
 }

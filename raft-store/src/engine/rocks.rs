@@ -6,8 +6,11 @@
 //! - `db.installing/`: a snapshot image being restored, complete and fsynced
 //!   before it is renamed over `db/`;
 //! - `checkpoint-N.tmp/`: a RocksDB checkpoint being packed for a snapshot;
-//! - `snapshot`: the current snapshot, replaced by write-to-temp, fsync,
-//!   rename, fsync of the directory.
+//! - `snapshots/`: snapshot images (`built-N`, packed here; `received-N`,
+//!   written by openraft as chunks arrive; `image_archive.rs` is their
+//!   format) and `current`, which names the current snapshot's image and
+//!   holds its record, replaced by write-to-temp, fsync, rename, fsync of
+//!   the directory. An image `current` does not name is removed at open.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -17,12 +20,9 @@ use std::sync::{RwLock, RwLockReadGuard};
 use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 
-use super::{collect_range, Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch, WriteOp};
+use super::{collect_range, image_archive, Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch, WriteOp};
 use crate::error::{decode, encode, EngineError};
-
-/// Most files a packed image may hold; a checkpoint of a live database has a
-/// few dozen.
-const IMAGE_FILES_MAX: usize = 100_000;
+use crate::snapshot::SnapshotImage;
 
 pub struct RocksEngine {
     root: PathBuf,
@@ -53,9 +53,18 @@ impl Drop for RocksCheckpoint {
     }
 }
 
+/// The content of `snapshots/current`.
 #[derive(Serialize, Deserialize)]
-struct PackedImage {
-    files: Vec<(String, serde_bytes::ByteBuf)>,
+struct CurrentSnapshot {
+    /// The image's file name inside `snapshots/`.
+    image: String,
+    #[serde(with = "serde_bytes")]
+    record: Vec<u8>,
+}
+
+/// A received image unpacked into `db.installing/` and opened once.
+pub struct RocksPrepared {
+    directory: PathBuf,
 }
 
 fn options() -> Options {
@@ -73,32 +82,6 @@ fn open_database(path: &Path) -> Result<DB, EngineError> {
         .iter()
         .map(|space| ColumnFamilyDescriptor::new(space.name(), options()));
     Ok(DB::open_cf_descriptors(&options(), path, families)?)
-}
-
-/// Writes the files of a packed image into a fresh `directory`, synced.
-fn unpack(packed: &[u8], directory: &Path) -> Result<(), EngineError> {
-    let image: PackedImage = decode("packed image", packed)?;
-    if image.files.len() > IMAGE_FILES_MAX {
-        return Err(EngineError::corrupt(
-            "packed image",
-            format!("{} files, over {IMAGE_FILES_MAX}", image.files.len()),
-        ));
-    }
-    if directory.exists() {
-        fs::remove_dir_all(directory).map_err(io_context(directory, "removing"))?;
-    }
-    fs::create_dir_all(directory).map_err(io_context(directory, "creating"))?;
-    for (name, contents) in &image.files {
-        let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
-        if !plain {
-            return Err(EngineError::corrupt("packed image", format!("file name {name:?}")));
-        }
-        let path = directory.join(name);
-        let mut file = fs::File::create(&path).map_err(io_context(&path, "creating"))?;
-        std::io::Write::write_all(&mut file, contents).map_err(io_context(&path, "writing"))?;
-        file.sync_all().map_err(io_context(&path, "syncing"))?;
-    }
-    sync_directory(directory)
 }
 
 /// Fsyncs a directory so that renames and creations inside it are durable.
@@ -144,11 +127,70 @@ impl RocksEngine {
             }
         }
         let db = open_database(&live)?;
-        Ok(Self {
+        let engine = Self {
             root,
             db: RwLock::new(Some(db)),
             checkpoint_sequence: AtomicU64::new(0),
-        })
+        };
+        let next = engine.remove_unnamed_images()?;
+        engine.checkpoint_sequence.store(next, Ordering::Relaxed);
+        Ok(engine)
+    }
+
+    fn snapshots(&self) -> PathBuf {
+        self.root.join("snapshots")
+    }
+
+    /// The current snapshot's pointer, if one was saved.
+    fn current_snapshot(&self) -> Result<Option<CurrentSnapshot>, EngineError> {
+        let path = self.snapshots().join("current");
+        match fs::read(&path) {
+            Ok(bytes) => Ok(Some(decode("current snapshot", &bytes)?)),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(EngineError::io(format!("reading {}", path.display()), error)),
+        }
+    }
+
+    /// Removes every image `current` does not name: built ones never saved,
+    /// received ones a crash or a refusal left behind. Answers the first
+    /// sequence number no kept image uses.
+    fn remove_unnamed_images(&self) -> Result<u64, EngineError> {
+        let snapshots = self.snapshots();
+        fs::create_dir_all(&snapshots).map_err(io_context(&snapshots, "creating"))?;
+        let kept = self.current_snapshot()?.map(|current| current.image);
+        for item in fs::read_dir(&snapshots).map_err(io_context(&snapshots, "listing"))? {
+            let item = item.map_err(io_context(&snapshots, "listing"))?;
+            let name = item.file_name().to_string_lossy().into_owned();
+            if name != "current" && Some(&name) != kept.as_ref() {
+                fs::remove_file(item.path()).map_err(io_context(&item.path(), "removing"))?;
+            }
+        }
+        let kept_sequence = kept
+            .as_deref()
+            .and_then(|name| name.rsplit('-').next())
+            .and_then(|sequence| sequence.parse::<u64>().ok());
+        Ok(kept_sequence.map_or(0, |sequence| sequence.saturating_add(1)))
+    }
+
+    /// A new image file under `snapshots/`, open for reading and writing.
+    fn new_image_file(&self, prefix: &str) -> Result<(PathBuf, fs::File), EngineError> {
+        let sequence = self.checkpoint_sequence.fetch_add(1, Ordering::Relaxed);
+        let path = self.snapshots().join(format!("{prefix}-{sequence}"));
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io_context(&path, "creating"))?;
+        Ok((path, file))
+    }
+
+    /// The file of a file image, which must lie in `snapshots/`.
+    fn image_path<'a>(&self, image: &'a SnapshotImage) -> Result<&'a Path, EngineError> {
+        image
+            .path()
+            .filter(|path| path.parent() == Some(self.snapshots().as_path()))
+            .ok_or_else(|| EngineError::corrupt("snapshot image", format!("{image:?} is not a file of this engine")))
     }
 
     fn read(&self) -> Result<RwLockReadGuard<'_, Option<DB>>, EngineError> {
@@ -172,6 +214,7 @@ fn family(db: &DB, space: Space) -> Result<&rocksdb::ColumnFamily, EngineError> 
 
 impl Engine for RocksEngine {
     type Checkpoint = RocksCheckpoint;
+    type Prepared = RocksPrepared;
 
     fn blocks_on_disk(&self) -> bool {
         true
@@ -293,39 +336,64 @@ impl Engine for RocksEngine {
         Ok(RocksCheckpoint { directory })
     }
 
-    fn pack(checkpoint: RocksCheckpoint) -> Result<Vec<u8>, EngineError> {
-        let mut files = Vec::new();
-        let listing = fs::read_dir(&checkpoint.directory).map_err(io_context(&checkpoint.directory, "listing"))?;
-        for item in listing {
-            let item = item.map_err(io_context(&checkpoint.directory, "listing"))?;
-            let path = item.path();
-            let name = item.file_name().to_string_lossy().into_owned();
-            let contents = fs::read(&path).map_err(io_context(&path, "reading"))?;
-            files.push((name, serde_bytes::ByteBuf::from(contents)));
+    fn pack(&self, checkpoint: RocksCheckpoint) -> Result<SnapshotImage, EngineError> {
+        let (path, _) = self.new_image_file("built")?;
+        if let Err(error) = image_archive::write(&checkpoint.directory, &path) {
+            let _ = fs::remove_file(&path);
+            return Err(error);
         }
-        files.sort();
-        encode("packed image", &PackedImage { files })
+        let file = fs::File::open(&path).map_err(io_context(&path, "opening"))?;
+        Ok(SnapshotImage::open_file(&path, file))
     }
 
-    fn check_image(&self, packed: &[u8]) -> Result<(), EngineError> {
-        let checking = self.root.join("db.checking");
-        let opened = unpack(packed, &checking).and_then(|()| open_database(&checking).map(drop));
-        if checking.exists() {
-            fs::remove_dir_all(&checking).map_err(io_context(&checking, "removing"))?;
-        }
-        opened.map_err(|error| EngineError::corrupt("packed image", format!("does not open as a database: {error}")))
+    fn receiving_image(&self) -> Result<SnapshotImage, EngineError> {
+        let (path, file) = self.new_image_file("received")?;
+        Ok(SnapshotImage::open_file(&path, file))
     }
 
-    fn restore(&self, packed: &[u8]) -> Result<(), EngineError> {
+    fn adopt_image(&self, image: SnapshotImage) -> Result<SnapshotImage, EngineError> {
+        if self.image_path(&image).is_ok() {
+            return Ok(image);
+        }
+        // Read through the image's own handle: its file may be gone by name.
+        let SnapshotImage::File { path: source, file } = image else {
+            return Err(EngineError::corrupt("snapshot image", "bytes, not a file"));
+        };
+        let mut input = file.try_into_std().map_err(|_| {
+            EngineError::io(
+                format!("reading {}", source.display()),
+                std::io::Error::other("an operation on the image is still in flight"),
+            )
+        })?;
+        std::io::Seek::seek(&mut input, std::io::SeekFrom::Start(0)).map_err(io_context(&source, "seeking"))?;
+        let (path, mut copy) = self.new_image_file("received")?;
+        std::io::copy(&mut input, &mut copy).map_err(io_context(&path, "writing"))?;
+        Ok(SnapshotImage::open_file(&path, copy))
+    }
+
+    fn prepare_restore(&self, image: &SnapshotImage) -> Result<RocksPrepared, EngineError> {
         let installing = self.root.join("db.installing");
-        unpack(packed, &installing)?;
+        let prepared = image_archive::unpack(self.image_path(image)?, &installing)
+            .and_then(|()| open_database(&installing).map(drop));
+        if let Err(error) = prepared {
+            if installing.exists() {
+                fs::remove_dir_all(&installing).map_err(io_context(&installing, "removing"))?;
+            }
+            return Err(EngineError::corrupt(
+                "snapshot image",
+                format!("does not restore as a database: {error}"),
+            ));
+        }
+        Ok(RocksPrepared { directory: installing })
+    }
 
+    fn finish_restore(&self, prepared: RocksPrepared) -> Result<(), EngineError> {
         let live = self.root.join("db");
         let old = self.root.join("db.old");
         let mut guard = self.db.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         drop(guard.take());
         fs::rename(&live, &old).map_err(io_context(&live, "renaming"))?;
-        fs::rename(&installing, &live).map_err(io_context(&installing, "renaming"))?;
+        fs::rename(&prepared.directory, &live).map_err(io_context(&prepared.directory, "renaming"))?;
         sync_directory(&self.root)?;
         *guard = Some(open_database(&live)?);
         drop(guard);
@@ -333,22 +401,51 @@ impl Engine for RocksEngine {
         Ok(())
     }
 
-    fn save_snapshot(&self, bytes: &[u8]) -> Result<(), EngineError> {
-        let temporary = self.root.join("snapshot.tmp");
-        let target = self.root.join("snapshot");
+    fn save_snapshot(&self, record: &[u8], image: &SnapshotImage) -> Result<(), EngineError> {
+        let path = self.image_path(image)?;
+        fs::File::open(path)
+            .and_then(|file| file.sync_all())
+            .map_err(io_context(path, "syncing"))?;
+        let name = path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let previous = self.current_snapshot()?;
+        let current = CurrentSnapshot {
+            image: name.clone(),
+            record: record.to_vec(),
+        };
+        let snapshots = self.snapshots();
+        let temporary = snapshots.join("current.tmp");
         let mut file = fs::File::create(&temporary).map_err(io_context(&temporary, "creating"))?;
-        std::io::Write::write_all(&mut file, bytes).map_err(io_context(&temporary, "writing"))?;
+        std::io::Write::write_all(&mut file, &encode("current snapshot", &current)?)
+            .map_err(io_context(&temporary, "writing"))?;
         file.sync_all().map_err(io_context(&temporary, "syncing"))?;
-        fs::rename(&temporary, &target).map_err(io_context(&temporary, "renaming"))?;
-        sync_directory(&self.root)
+        fs::rename(&temporary, snapshots.join("current")).map_err(io_context(&temporary, "renaming"))?;
+        sync_directory(&snapshots)?;
+        // An image still being sent stays readable through its open file.
+        if let Some(previous) = previous.filter(|previous| previous.image != name) {
+            let old = snapshots.join(previous.image);
+            fs::remove_file(&old).map_err(io_context(&old, "removing"))?;
+        }
+        Ok(())
     }
 
-    fn load_snapshot(&self) -> Result<Option<Vec<u8>>, EngineError> {
-        let target = self.root.join("snapshot");
-        match fs::read(&target) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(EngineError::io(format!("reading {}", target.display()), error)),
+    fn load_snapshot(&self) -> Result<Option<(Vec<u8>, SnapshotImage)>, EngineError> {
+        let Some(current) = self.current_snapshot()? else {
+            return Ok(None);
+        };
+        let path = self.snapshots().join(&current.image);
+        let file = fs::File::open(&path).map_err(io_context(&path, "opening"))?;
+        Ok(Some((current.record, SnapshotImage::open_file(&path, file))))
+    }
+
+    fn discard_image(&self, image: &SnapshotImage) -> Result<(), EngineError> {
+        let path = self.image_path(image)?;
+        let current = self.current_snapshot()?.map(|current| current.image);
+        if path.file_name().map(|name| name.to_string_lossy().into_owned()) != current {
+            fs::remove_file(path).map_err(io_context(path, "removing"))?;
         }
+        Ok(())
     }
 }

@@ -2,16 +2,23 @@
 //! memory in the deterministic simulation. One concrete type keeps the node,
 //! its request handlers and its reader free of an engine type parameter.
 
-use super::memory::MemoryEngine;
-use super::rocks::{RocksCheckpoint, RocksEngine};
+use super::memory::{Image, MemoryEngine};
+use super::rocks::{RocksCheckpoint, RocksEngine, RocksPrepared};
 use super::{Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch};
 use crate::error::EngineError;
+use crate::snapshot::SnapshotImage;
 
 /// RocksDB on disk or the in-memory engine with its crash model.
 #[derive(Debug)]
 pub enum SelectedEngine {
     Rocks(RocksEngine),
     Memory(MemoryEngine),
+}
+
+/// An image prepared by whichever engine checked it.
+pub enum SelectedPrepared {
+    Rocks(RocksPrepared),
+    Memory(Image),
 }
 
 /// A checkpoint of whichever engine took it.
@@ -22,6 +29,7 @@ pub enum SelectedCheckpoint {
 
 impl Engine for SelectedEngine {
     type Checkpoint = SelectedCheckpoint;
+    type Prepared = SelectedPrepared;
 
     fn blocks_on_disk(&self) -> bool {
         match self {
@@ -84,38 +92,64 @@ impl Engine for SelectedEngine {
         })
     }
 
-    fn pack(checkpoint: SelectedCheckpoint) -> Result<Vec<u8>, EngineError> {
-        match checkpoint {
-            SelectedCheckpoint::Rocks(checkpoint) => RocksEngine::pack(checkpoint),
-            SelectedCheckpoint::Memory(checkpoint) => MemoryEngine::pack(checkpoint),
+    fn pack(&self, checkpoint: SelectedCheckpoint) -> Result<SnapshotImage, EngineError> {
+        match (self, checkpoint) {
+            (SelectedEngine::Rocks(engine), SelectedCheckpoint::Rocks(checkpoint)) => engine.pack(checkpoint),
+            (SelectedEngine::Memory(engine), SelectedCheckpoint::Memory(checkpoint)) => engine.pack(checkpoint),
+            _ => Err(EngineError::corrupt("checkpoint", "taken by the other kind of engine")),
         }
     }
 
-    fn check_image(&self, packed: &[u8]) -> Result<(), EngineError> {
+    fn receiving_image(&self) -> Result<SnapshotImage, EngineError> {
         match self {
-            SelectedEngine::Rocks(engine) => engine.check_image(packed),
-            SelectedEngine::Memory(engine) => engine.check_image(packed),
+            SelectedEngine::Rocks(engine) => engine.receiving_image(),
+            SelectedEngine::Memory(engine) => engine.receiving_image(),
         }
     }
 
-    fn restore(&self, packed: &[u8]) -> Result<(), EngineError> {
+    fn adopt_image(&self, image: SnapshotImage) -> Result<SnapshotImage, EngineError> {
         match self {
-            SelectedEngine::Rocks(engine) => engine.restore(packed),
-            SelectedEngine::Memory(engine) => engine.restore(packed),
+            SelectedEngine::Rocks(engine) => engine.adopt_image(image),
+            SelectedEngine::Memory(engine) => engine.adopt_image(image),
         }
     }
 
-    fn save_snapshot(&self, bytes: &[u8]) -> Result<(), EngineError> {
+    fn prepare_restore(&self, image: &SnapshotImage) -> Result<SelectedPrepared, EngineError> {
+        Ok(match self {
+            SelectedEngine::Rocks(engine) => SelectedPrepared::Rocks(engine.prepare_restore(image)?),
+            SelectedEngine::Memory(engine) => SelectedPrepared::Memory(engine.prepare_restore(image)?),
+        })
+    }
+
+    fn finish_restore(&self, prepared: SelectedPrepared) -> Result<(), EngineError> {
+        match (self, prepared) {
+            (SelectedEngine::Rocks(engine), SelectedPrepared::Rocks(prepared)) => engine.finish_restore(prepared),
+            (SelectedEngine::Memory(engine), SelectedPrepared::Memory(prepared)) => engine.finish_restore(prepared),
+            _ => Err(EngineError::corrupt(
+                "prepared image",
+                "prepared by the other kind of engine",
+            )),
+        }
+    }
+
+    fn save_snapshot(&self, record: &[u8], image: &SnapshotImage) -> Result<(), EngineError> {
         match self {
-            SelectedEngine::Rocks(engine) => engine.save_snapshot(bytes),
-            SelectedEngine::Memory(engine) => engine.save_snapshot(bytes),
+            SelectedEngine::Rocks(engine) => engine.save_snapshot(record, image),
+            SelectedEngine::Memory(engine) => engine.save_snapshot(record, image),
         }
     }
 
-    fn load_snapshot(&self) -> Result<Option<Vec<u8>>, EngineError> {
+    fn load_snapshot(&self) -> Result<Option<(Vec<u8>, SnapshotImage)>, EngineError> {
         match self {
             SelectedEngine::Rocks(engine) => engine.load_snapshot(),
             SelectedEngine::Memory(engine) => engine.load_snapshot(),
+        }
+    }
+
+    fn discard_image(&self, image: &SnapshotImage) -> Result<(), EngineError> {
+        match self {
+            SelectedEngine::Rocks(engine) => engine.discard_image(image),
+            SelectedEngine::Memory(engine) => engine.discard_image(image),
         }
     }
 }

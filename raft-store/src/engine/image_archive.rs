@@ -1,0 +1,285 @@
+//! RocksDB's snapshot image: the files of a checkpoint in one archive file,
+//! written and read as streams so no image is ever held in memory.
+//!
+//! Layout: the magic `LODEIMG` and a format byte (1); per file a tag byte
+//! (1), its name (u16 length, UTF-8), its length (u64) and its contents;
+//! a tag byte 0; then the SHA-256 of every byte before it. All integers are
+//! big-endian. Unpacking checks every name and length against what is left
+//! of the file and the digest at the end, so a truncated, padded or altered
+//! image is refused.
+
+use std::fs;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+use crate::error::EngineError;
+
+const MAGIC: &[u8; 8] = b"LODEIMG\x01";
+const TAG_FILE: u8 = 1;
+const TAG_END: u8 = 0;
+const DIGEST_BYTES: u64 = 32;
+/// Most files an image may hold; a checkpoint of a live database has a
+/// few dozen.
+const FILES_MAX: usize = 100_000;
+/// Longest file name in an image (RocksDB names its files briefly).
+const NAME_BYTES_MAX: usize = 255;
+const COPY_BUFFER_BYTES: usize = 256 * 1024;
+
+fn io_context(path: &Path, action: &str) -> impl FnOnce(std::io::Error) -> EngineError {
+    let context = format!("{action} {}", path.display());
+    move |error| EngineError::io(context, error)
+}
+
+fn corrupt(detail: impl std::fmt::Display) -> EngineError {
+    EngineError::corrupt("snapshot image", detail)
+}
+
+/// A writer that hashes what passes through it.
+struct Hashing<W> {
+    inner: W,
+    digest: ring::digest::Context,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let written = self.inner.write(data)?;
+        self.digest.update(&data[..written]);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes the files of `directory` into a new archive at `archive`,
+/// synced; answers its length in bytes.
+pub(crate) fn write(directory: &Path, archive: &Path) -> Result<u64, EngineError> {
+    let mut names = Vec::new();
+    for item in fs::read_dir(directory).map_err(io_context(directory, "listing"))? {
+        let item = item.map_err(io_context(directory, "listing"))?;
+        names.push(item.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    let file = fs::File::create(archive).map_err(io_context(archive, "creating"))?;
+    let mut out = Hashing {
+        inner: BufWriter::new(file),
+        digest: ring::digest::Context::new(&ring::digest::SHA256),
+    };
+    let failed = io_context(archive, "writing");
+    let written = (|| -> std::io::Result<()> {
+        out.write_all(MAGIC)?;
+        for name in &names {
+            let path = directory.join(name);
+            let mut contents = fs::File::open(&path)?;
+            let length = contents.metadata()?.len();
+            let name_length = u16::try_from(name.len()).map_err(|_| std::io::Error::other("a file name too long"))?;
+            out.write_all(&[TAG_FILE])?;
+            out.write_all(&name_length.to_be_bytes())?;
+            out.write_all(name.as_bytes())?;
+            out.write_all(&length.to_be_bytes())?;
+            let copied = std::io::copy(&mut (&mut contents).take(length), &mut out)?;
+            if copied != length {
+                return Err(std::io::Error::other(format!("{name} shrank while it was packed")));
+            }
+        }
+        out.write_all(&[TAG_END])?;
+        let digest = out.digest.clone().finish();
+        out.inner.write_all(digest.as_ref())?;
+        out.inner.flush()
+    })();
+    written.map_err(failed)?;
+    let file = out
+        .inner
+        .into_inner()
+        .map_err(|error| EngineError::io("flushing an image", error.into_error()))?;
+    file.sync_all().map_err(io_context(archive, "syncing"))?;
+    Ok(file
+        .metadata()
+        .map_err(io_context(archive, "reading the length of"))?
+        .len())
+}
+
+/// A reader that hashes and counts what it reads.
+struct Counted<R> {
+    inner: R,
+    digest: ring::digest::Context,
+    read: u64,
+}
+
+impl<R: Read> Counted<R> {
+    fn exact(&mut self, buffer: &mut [u8]) -> Result<(), EngineError> {
+        self.inner
+            .read_exact(buffer)
+            .map_err(|error| corrupt(format!("ends early at byte {}: {error}", self.read)))?;
+        self.digest.update(buffer);
+        self.read += buffer.len() as u64;
+        Ok(())
+    }
+
+    fn byte(&mut self) -> Result<u8, EngineError> {
+        let mut buffer = [0u8; 1];
+        self.exact(&mut buffer)?;
+        Ok(buffer[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, EngineError> {
+        let mut buffer = [0u8; 2];
+        self.exact(&mut buffer)?;
+        Ok(u16::from_be_bytes(buffer))
+    }
+
+    fn u64(&mut self) -> Result<u64, EngineError> {
+        let mut buffer = [0u8; 8];
+        self.exact(&mut buffer)?;
+        Ok(u64::from_be_bytes(buffer))
+    }
+}
+
+/// Writes the files of the archive at `archive` into a fresh `directory`,
+/// synced, after checking every name, length and the digest.
+pub(crate) fn unpack(archive: &Path, directory: &Path) -> Result<(), EngineError> {
+    let file = fs::File::open(archive).map_err(io_context(archive, "opening"))?;
+    let total = file
+        .metadata()
+        .map_err(io_context(archive, "reading the length of"))?
+        .len();
+    let mut input = Counted {
+        inner: BufReader::with_capacity(COPY_BUFFER_BYTES, file),
+        digest: ring::digest::Context::new(&ring::digest::SHA256),
+        read: 0,
+    };
+    let mut magic = [0u8; 8];
+    input.exact(&mut magic)?;
+    if &magic != MAGIC {
+        return Err(corrupt("does not start with a Lode image header"));
+    }
+    if directory.exists() {
+        fs::remove_dir_all(directory).map_err(io_context(directory, "removing"))?;
+    }
+    fs::create_dir_all(directory).map_err(io_context(directory, "creating"))?;
+    let mut files = 0usize;
+    loop {
+        match input.byte()? {
+            TAG_END => break,
+            TAG_FILE => {}
+            other => return Err(corrupt(format!("tag {other} at byte {}", input.read - 1))),
+        }
+        files += 1;
+        if files > FILES_MAX {
+            return Err(corrupt(format!("more than {FILES_MAX} files")));
+        }
+        unpack_file(&mut input, total, directory)?;
+    }
+    let expected = input.digest.clone().finish();
+    let mut stored = [0u8; DIGEST_BYTES as usize];
+    input
+        .inner
+        .read_exact(&mut stored)
+        .map_err(|error| corrupt(format!("no digest at its end: {error}")))?;
+    if stored.as_slice() != expected.as_ref() {
+        return Err(corrupt("its digest does not match its contents"));
+    }
+    if input.read + DIGEST_BYTES != total {
+        return Err(corrupt(format!(
+            "{} bytes follow its digest",
+            total - input.read - DIGEST_BYTES
+        )));
+    }
+    fs::File::open(directory)
+        .and_then(|directory| directory.sync_all())
+        .map_err(io_context(directory, "syncing"))
+}
+
+fn unpack_file<R: Read>(input: &mut Counted<R>, total: u64, directory: &Path) -> Result<(), EngineError> {
+    let name_length = usize::from(input.u16()?);
+    if name_length == 0 || name_length > NAME_BYTES_MAX {
+        return Err(corrupt(format!("a file name of {name_length} bytes")));
+    }
+    let mut name = vec![0u8; name_length];
+    input.exact(&mut name)?;
+    let name = String::from_utf8(name).map_err(|_| corrupt("a file name that is not UTF-8"))?;
+    if name.contains('/') || name == "." || name == ".." {
+        return Err(corrupt(format!("file name {name:?}")));
+    }
+    let length = input.u64()?;
+    let left = total.saturating_sub(input.read + DIGEST_BYTES);
+    if length > left {
+        return Err(corrupt(format!("{name} claims {length} bytes but {left} are left")));
+    }
+    let path = directory.join(&name);
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(io_context(&path, "creating"))?;
+    let mut buffer = vec![0u8; COPY_BUFFER_BYTES];
+    let mut remaining = length;
+    while remaining > 0 {
+        let chunk = remaining.min(COPY_BUFFER_BYTES as u64) as usize;
+        input.exact(&mut buffer[..chunk])?;
+        file.write_all(&buffer[..chunk]).map_err(io_context(&path, "writing"))?;
+        remaining -= chunk as u64;
+    }
+    file.sync_all().map_err(io_context(&path, "syncing"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn directory_with(files: &[(&str, &[u8])]) -> Result<tempfile::TempDir, Box<dyn std::error::Error>> {
+        let directory = tempfile::tempdir()?;
+        for (name, contents) in files {
+            fs::write(directory.path().join(name), contents)?;
+        }
+        Ok(directory)
+    }
+
+    #[test]
+    fn an_archive_unpacks_to_the_files_it_was_written_from() -> Result<(), Box<dyn std::error::Error>> {
+        let big = vec![5u8; 3 * COPY_BUFFER_BYTES + 7];
+        let source = directory_with(&[("a", b"first"), ("b.sst", &big), ("empty", b"")])?;
+        let scratch = tempfile::tempdir()?;
+        let archive = scratch.path().join("image");
+        let length = write(source.path(), &archive)?;
+        assert_eq!(length, fs::metadata(&archive)?.len());
+        let target = scratch.path().join("unpacked");
+        unpack(&archive, &target)?;
+        assert_eq!(fs::read(target.join("a"))?, b"first");
+        assert_eq!(fs::read(target.join("b.sst"))?, big);
+        assert_eq!(fs::read(target.join("empty"))?, b"");
+        Ok(())
+    }
+
+    #[test]
+    fn a_truncated_padded_or_altered_archive_is_refused() -> Result<(), Box<dyn std::error::Error>> {
+        let source = directory_with(&[("a", b"first"), ("b", &[9u8; 1000])])?;
+        let scratch = tempfile::tempdir()?;
+        let archive = scratch.path().join("image");
+        write(source.path(), &archive)?;
+        let good = fs::read(&archive)?;
+        let mut altered = good.clone();
+        altered[30] ^= 1;
+        let mut padded = good.clone();
+        padded.push(0);
+        let mut huge_length = good.clone();
+        // The first file's length field follows the magic, tag and name.
+        huge_length[12..20].copy_from_slice(&u64::MAX.to_be_bytes());
+        let cases = [
+            ("truncated", good[..good.len() / 2].to_vec()),
+            ("altered", altered),
+            ("padded", padded),
+            ("a length past the end", huge_length),
+            ("empty", Vec::new()),
+            ("not an image", vec![0xff; 64]),
+        ];
+        for (what, bytes) in cases {
+            let bad = scratch.path().join("bad");
+            fs::write(&bad, &bytes)?;
+            let refused = unpack(&bad, &scratch.path().join("target"));
+            assert!(refused.is_err(), "a {what} image was unpacked");
+        }
+        Ok(())
+    }
+}
