@@ -212,7 +212,17 @@ impl NodeService {
                     resume_after: page.resume_after,
                 }
             }
-            Query::Namespaces { prefix } => QueryResult::Namespaces(reader.namespaces(prefix, now_micros)?),
+            Query::Namespaces { prefix } => match reader.namespaces(prefix, now_micros)? {
+                Some(names) => QueryResult::Namespaces(names),
+                None => {
+                    use lode_types::limits::{NAMESPACES_EXAMINED_MAX, NAMESPACES_LISTED_MAX};
+                    return Ok(Err(LodeError::Invalid(format!(
+                        "the namespaces under prefix {prefix:?} are more than namespaces_listed_max = \
+                         {NAMESPACES_LISTED_MAX}, or more than namespaces_examined_max = {NAMESPACES_EXAMINED_MAX} \
+                         were looked at; list them under longer prefixes"
+                    ))));
+                }
+            },
             // Answered by `read_changes` and `read_next_delivery`, which
             // wait; never from here.
             Query::StateEvents { .. } | Query::NextDelivery { .. } => {

@@ -297,16 +297,16 @@ impl<E: Engine> StateReader<E> {
     }
 
     /// Namespaces that start with `prefix` and hold at least one live entry,
-    /// in stored order (shorter names first), at most
-    /// `namespaces_listed_max`, looking at most at `namespaces_examined_max`.
-    pub fn namespaces(&self, prefix: &str, now_micros: u64) -> Result<Vec<String>, EngineError> {
+    /// in stored order (shorter names first). `None` when there are more
+    /// than `namespaces_listed_max`, or the listing looked at
+    /// `namespaces_examined_max` namespaces before its end: a listing is
+    /// whole or refused, never cut short.
+    pub fn namespaces(&self, prefix: &str, now_micros: u64) -> Result<Option<Vec<String>>, EngineError> {
         let mut names = Vec::new();
         let mut start: Vec<u8> = Vec::new();
-        let mut examined = 0;
-        while names.len() < NAMESPACES_LISTED_MAX && examined < NAMESPACES_EXAMINED_MAX {
-            examined += 1;
+        for _ in 0..NAMESPACES_EXAMINED_MAX {
             let Some((stored_key, _)) = self.engine.scan(Space::Entries, &start, None, 1)?.pop() else {
-                break;
+                return Ok(Some(names));
             };
             let (namespace, _) = keys::split_entry_key(&stored_key)
                 .ok_or_else(|| EngineError::corrupt("entry key", "no namespace prefix"))?;
@@ -314,15 +314,18 @@ impl<E: Engine> StateReader<E> {
             if namespace.starts_with(prefix) && !namespace.starts_with('\0') {
                 let live = self.scan(&namespace, &Selector::All, None, 1, now_micros)?;
                 if !live.entries.is_empty() {
+                    if names.len() == NAMESPACES_LISTED_MAX {
+                        return Ok(None);
+                    }
                     names.push(namespace.clone());
                 }
             }
             match keys::prefix_end(&keys::namespace_prefix(&namespace)) {
                 Some(next) => start = next,
-                None => break,
+                None => return Ok(Some(names)),
             }
         }
-        Ok(names)
+        Ok(None)
     }
 
     /// One page of the (namespace, key) pairs written under `session`, in

@@ -615,3 +615,32 @@ async fn a_bad_snapshot_image_changes_nothing_on_rocksdb_engines() -> TestResult
     assert_eq!(reopened.reader().applied_index(), 1);
     Ok(())
 }
+
+/// A namespace listing is whole or refused: past `namespaces_listed_max`
+/// it answers `None`, and a longer prefix lists part of them whole.
+#[tokio::test]
+async fn a_namespace_listing_past_its_limit_is_refused_not_cut() -> TestResult {
+    use lode_raft_store::limits::{NAMESPACES_LISTED_MAX, OPERATIONS_PER_WRITE_MAX};
+    let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    let names: Vec<String> = (0..=NAMESPACES_LISTED_MAX)
+        .map(|index| format!("n{index:05}"))
+        .collect();
+    for (index, chunk) in names.chunks(OPERATIONS_PER_WRITE_MAX).enumerate() {
+        let operations = chunk
+            .iter()
+            .map(|namespace| {
+                let mut operation = set("k", "1", None);
+                if let Operation::Set { namespace: target, .. } = &mut operation {
+                    target.clone_from(namespace);
+                }
+                operation
+            })
+            .collect();
+        apply_one(&mut state, entry(index as u64 + 1, 1_000, None, operations)).await?;
+    }
+    let reader = state.reader();
+    assert_eq!(reader.namespaces("n", 0)?, None, "a listing of every namespace was cut");
+    let part = reader.namespaces("n0000", 0)?.ok_or("ten namespaces list whole")?;
+    assert_eq!(part, names[..10].to_vec());
+    Ok(())
+}
