@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 
 use crate::error::LodeError;
-use crate::protocol::ServiceClient;
+use crate::protocol::{AccessToken, ServiceClient};
 use crate::rpc;
 use crate::tls::Transport;
 
@@ -45,6 +45,8 @@ pub async fn dial(address: &str, transport: &Transport) -> std::io::Result<Servi
 pub struct Connection {
     address: String,
     transport: Transport,
+    /// Sent in `authenticate` on every channel dialed, before any call.
+    token: Option<AccessToken>,
     client: Mutex<Option<Dialed>>,
     /// Answers received through this connection, any channel.
     answers: AtomicU64,
@@ -77,6 +79,9 @@ pub enum CallFailure {
     Timeout,
     /// The connection could not be made: the request was never sent.
     Dial(String),
+    /// The member refused the connection's token: the request was never
+    /// sent, and no other member would take it either.
+    Refused(LodeError),
 }
 
 impl CallFailure {
@@ -87,6 +92,7 @@ impl CallFailure {
             CallFailure::Transport(detail) => LodeError::Unavailable(format!("{address}: {detail}")),
             CallFailure::Timeout => LodeError::Timeout(format!("{address} did not answer in time")),
             CallFailure::Dial(detail) => LodeError::Unavailable(format!("cannot connect to {address}: {detail}")),
+            CallFailure::Refused(error) => error,
         }
     }
 }
@@ -96,6 +102,7 @@ impl Connection {
         Self {
             address: address.into(),
             transport,
+            token: None,
             client: Mutex::new(None),
             answers: AtomicU64::new(0),
             suspect: AtomicU64::new(0),
@@ -103,8 +110,28 @@ impl Connection {
         }
     }
 
+    /// Names the caller by `token` on every channel this connection dials.
+    pub fn with_token(mut self, token: Option<AccessToken>) -> Self {
+        self.token = token;
+        self
+    }
+
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// Sends the token on a channel just dialed; a refusal is the caller's
+    /// answer, not a reason to try another member.
+    async fn authenticate(&self, client: &ServiceClient, timeout: Duration) -> Result<(), CallFailure> {
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        match tokio::time::timeout(timeout, client.authenticate(context(), token.clone())).await {
+            Ok(Ok(Ok(_user))) => Ok(()),
+            Ok(Ok(Err(error))) => Err(CallFailure::Refused(error)),
+            Ok(Err(error)) => Err(CallFailure::Dial(format!("authenticating: {error}"))),
+            Err(_) => Err(CallFailure::Dial("authenticating timed out".to_owned())),
+        }
     }
 
     async fn client(&self, timeout: Duration) -> Result<(ServiceClient, u64), CallFailure> {
@@ -124,6 +151,7 @@ impl Connection {
             Ok(Err(error)) => return Err(CallFailure::Dial(error.to_string())),
             Err(_) => return Err(CallFailure::Dial("connect timed out".to_owned())),
         };
+        self.authenticate(&client, timeout).await?;
         *guard = Some(Dialed {
             client: client.clone(),
             generation,

@@ -74,6 +74,14 @@ pub enum LodeError {
     /// every check that did not hold. Nothing was applied.
     #[error("version conflict: checks {indexes:?} failed")]
     ChecksFailed { indexes: Vec<u32> },
+    /// The caller's grants do not allow `operation` on `namespace`.
+    /// Nothing was proposed.
+    #[error("forbidden: {operation} needs {access} on namespace {namespace:?}")]
+    Forbidden {
+        operation: String,
+        namespace: String,
+        access: String,
+    },
 }
 
 impl LodeError {
@@ -91,6 +99,12 @@ impl LodeError {
     }
     pub fn is_stale(&self) -> bool {
         matches!(self, LodeError::Stale { .. })
+    }
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, LodeError::Forbidden { .. })
+    }
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, LodeError::Unauthorized)
     }
     pub fn is_compacted(&self) -> bool {
         matches!(self, LodeError::Compacted { .. })

@@ -6,6 +6,7 @@
 //! that only talks to a cluster compiles no C++. Raft's own messages travel
 //! through the same service as opaque bytes that only nodes decode.
 
+pub mod auth;
 pub mod changes;
 pub mod codec;
 pub mod connection;

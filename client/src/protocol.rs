@@ -498,6 +498,16 @@ pub struct ClusterStatus {
     pub expired_awaiting_sweep: u64,
 }
 
+/// A caller's token, kept out of `Debug` output and logs.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessToken(pub String);
+
+impl std::fmt::Debug for AccessToken {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("AccessToken(<hidden>)")
+    }
+}
+
 /// Raft messages between nodes, as bincode bytes of openraft's types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RaftMessageKind {
@@ -531,6 +541,10 @@ pub trait LodeService {
     /// A Raft message from a peer of cluster `cluster`, answered with
     /// openraft's response bytes. Served on the peer port only.
     async fn raft(cluster: ClusterId, kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError>;
+    /// Names the caller of every later call on this connection by a token
+    /// (`lode_types::auth`); answers the user it names. Checked again at
+    /// every call, so a revoked or expired token stops working at once.
+    async fn authenticate(token: AccessToken) -> Result<String, LodeError>;
 }
 
 /// The service's client over one `rpc` connection.

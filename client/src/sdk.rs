@@ -12,8 +12,8 @@ use std::time::Duration;
 use crate::connection::{CallFailure, Connection};
 use crate::error::{LodeError, MutationRecovery};
 use crate::protocol::{
-    Capability, ClusterStatus, Consistency, MemberAddresses, Query, QueryResult, ReadRequest, ReadResponse,
-    ServiceClient, SessionLink, WriteRequest, WriteResponse,
+    AccessToken, Capability, ClusterStatus, Consistency, MemberAddresses, Query, QueryResult, ReadRequest,
+    ReadResponse, ServiceClient, SessionLink, WriteRequest, WriteResponse,
 };
 use crate::tls::{ClientTls, Transport};
 
@@ -38,6 +38,9 @@ pub struct ClientOptions {
     pub default_stream: Option<String>,
     /// TLS towards the cluster's client ports; `None`: in the clear.
     pub tls: Option<ClientTls>,
+    /// The caller's token, sent once per connection; `None` for a cluster
+    /// without authentication.
+    pub token: Option<AccessToken>,
 }
 
 impl ClientOptions {
@@ -58,6 +61,7 @@ impl Default for ClientOptions {
             backoff_max: Duration::from_millis(500),
             default_stream: None,
             tls: None,
+            token: None,
         }
     }
 }
@@ -129,7 +133,9 @@ impl Client {
             .into_iter()
             .map(Into::into)
             .filter(|endpoint: &String| !endpoint.trim().is_empty())
-            .map(|endpoint| Arc::new(Connection::new(endpoint.trim(), options.transport())))
+            .map(|endpoint| {
+                Arc::new(Connection::new(endpoint.trim(), options.transport()).with_token(options.token.clone()))
+            })
             .collect();
         if connections.is_empty() {
             return Err(LodeError::Invalid(
@@ -262,7 +268,10 @@ impl Client {
         {
             Some(index) => index,
             None => {
-                connections.push(Arc::new(Connection::new(address, self.inner.options.transport())));
+                connections.push(Arc::new(
+                    Connection::new(address, self.inner.options.transport())
+                        .with_token(self.inner.options.token.clone()),
+                ));
                 connections.len() - 1
             }
         };
@@ -316,7 +325,7 @@ impl Client {
                     self.rotate(index);
                     last_error = LodeError::Unavailable(detail);
                 }
-                Ok(Err(error)) => return Err(error),
+                Ok(Err(error)) | Err(CallFailure::Refused(error)) => return Err(error),
                 Err(failure) => {
                     if !matches!(failure, CallFailure::Dial(_)) {
                         uncertain = Some(format!("{failure:?} at {}", connection.address()));
@@ -423,8 +432,9 @@ impl Client {
             )
             .await?;
         let transport = self.inner.options.transport();
+        let token = self.inner.options.token.clone();
         let asks = status.members.iter().map(|member| {
-            let connection = Connection::new(member.address.clone(), transport.clone());
+            let connection = Connection::new(member.address.clone(), transport.clone()).with_token(token.clone());
             async move {
                 let answer = connection
                     .call(STATUS_MEMBER_TIMEOUT, |client, context| async move {

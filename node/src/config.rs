@@ -82,6 +82,10 @@ pub struct NodeConfig {
     /// How far this member's clock is from the environment's. Zero in
     /// production (no flag sets it); the simulation skews members' clocks.
     pub clock_offset_micros: i64,
+    /// The first admin's token: while the cluster has no user, this member
+    /// as leader creates user `root` (role `root`, `admin` on every
+    /// namespace) holding it, which turns authentication on.
+    pub bootstrap_token: Option<lode_types::auth::TokenParts>,
 }
 
 impl NodeConfig {
@@ -110,6 +114,7 @@ impl NodeConfig {
             tls_handshake_ms_max: crate::accept::TLS_HANDSHAKE_MS_MAX_DEFAULT,
             connection_idle_ms_max: crate::accept::CONNECTION_IDLE_MS_MAX_DEFAULT,
             clock_offset_micros: 0,
+            bootstrap_token: None,
         }
     }
 }

@@ -126,6 +126,7 @@ impl Node {
         .await?;
         let read_index = ReadIndex::start(raft.clone());
         let clock = MemberClock::new(config.clock_offset_micros);
+        let auth = crate::auth::AuthCache::new(reader.clone());
         let shared = Arc::new(Shared {
             id: config.id,
             raft: raft.clone(),
@@ -146,6 +147,7 @@ impl Node {
             cluster,
             membership_changes: tokio::sync::Mutex::new(()),
             in_flight: Arc::new(()),
+            auth,
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);
@@ -157,6 +159,7 @@ impl Node {
             tokio::spawn(sweep_expired(shared.clone()).instrument(span.clone())),
             tokio::spawn(enter_cluster(shared.clone()).instrument(span.clone())),
             tokio::spawn(publish_client_address(shared.clone()).instrument(span.clone())),
+            tokio::spawn(bootstrap_admin(shared.clone()).instrument(span.clone())),
             tokio::spawn(report_leadership(shared.clone()).instrument(span)),
         ];
         tracing::info!(node = config.id, %address, %peer_address, "node serving");
@@ -172,6 +175,12 @@ impl Node {
     /// The address the node serves clients on.
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// The token this node's own HTTP gateway presents to its client port:
+    /// it may do everything, and only this process knows it.
+    pub fn member_token(&self) -> lode_client::protocol::AccessToken {
+        self.shared.auth.member_token()
     }
 
     /// The address the node serves its peers on.
@@ -237,6 +246,7 @@ async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, sto
         let service = NodeService {
             shared: shared.clone(),
             port,
+            caller: crate::auth::CallerSlot::default(),
         }
         .serve();
         let handler: rpc::Handler<LodeServiceRequest, LodeServiceResponse> = Arc::new(move |request| {
@@ -406,6 +416,7 @@ async fn publish_client_address(shared: Arc<Shared>) {
     let service = NodeService {
         shared: shared.clone(),
         port: Port::Peer,
+        caller: crate::auth::CallerSlot::default(),
     };
     let mut metrics = shared.raft.metrics();
     loop {
@@ -471,6 +482,71 @@ async fn sweep_expired(shared: Arc<Shared>) {
 
 /// Logs every change of term or leader once, at info level, and a stop of
 /// Raft at error level.
+/// The commands that create the first admin from the bootstrap token.
+fn bootstrap_operations(token: &lode_types::auth::TokenParts) -> Vec<Operation> {
+    use lode_types::auth::{AuthChange, Grant, Permission};
+    let digest = ring::digest::digest(&ring::digest::SHA256, &token.secret);
+    let mut secret_sha256 = [0u8; 32];
+    secret_sha256.copy_from_slice(digest.as_ref());
+    let root = || "root".to_owned();
+    [
+        AuthChange::PutUser { name: root() },
+        AuthChange::PutRole {
+            name: root(),
+            grants: vec![Grant {
+                prefix: String::new(),
+                permission: Permission::Admin,
+            }],
+        },
+        AuthChange::BindRole {
+            user: root(),
+            role: root(),
+        },
+        AuthChange::IssueToken {
+            id: token.id,
+            user: root(),
+            secret_sha256,
+            expires_at_micros: None,
+        },
+    ]
+    .into_iter()
+    .map(|change| Operation::Auth { change })
+    .collect()
+}
+
+/// Turns authentication on with the bootstrap token, once: whichever member
+/// holding the token leads while the cluster has no user proposes the
+/// first admin. Every holder uses the token's id as op id, so two founders
+/// that both try apply it once.
+async fn bootstrap_admin(shared: Arc<Shared>) {
+    let Some(token) = shared.config.bootstrap_token.clone() else {
+        return;
+    };
+    let mut metrics = shared.raft.metrics();
+    loop {
+        let leading = metrics.borrow_and_update().current_leader == Some(shared.id);
+        if leading {
+            match shared.auth.state() {
+                Ok(state) if state.is_enabled() => return,
+                Ok(_) => {
+                    let op_id = Some(lode_raft_store::OpId(token.id));
+                    match shared.proposer.propose(op_id, bootstrap_operations(&token)).await {
+                        Ok(_) => {
+                            tracing::info!("authentication is on: user root holds the bootstrap token");
+                            return;
+                        }
+                        Err(error) => tracing::warn!(%error, "proposing the bootstrap admin failed; trying again"),
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "reading the auth state failed; trying again"),
+            }
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 async fn report_leadership(shared: Arc<Shared>) {
     let mut metrics = shared.raft.metrics();
     let mut last = (0, None);

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use lode_client::connection::CallFailure;
 use lode_client::protocol::{
-    ByteBuf, Capability, ClusterId, ClusterStatus, Consistency, EntryMeta, LeaseInfo, LodeService, MemberAddresses,
-    MemberStatus, Query, QueryResult, RaftMessageKind, ReadRequest, ReadResponse, ServiceClient, StateEventFilter,
-    WriteRequest, WriteResponse,
+    AccessToken, ByteBuf, Capability, ClusterId, ClusterStatus, Consistency, EntryMeta, LeaseInfo, LodeService,
+    MemberAddresses, MemberStatus, Query, QueryResult, RaftMessageKind, ReadRequest, ReadResponse, ServiceClient,
+    StateEventFilter, WriteRequest, WriteResponse,
 };
 use lode_client::LodeError;
 use lode_raft_store::{Member, TypeConfig};
@@ -22,6 +22,7 @@ use serde::Serialize;
 use tarpc::context::Context;
 use tracing::Instrument;
 
+use crate::auth::{Allowed, CallerSlot};
 use crate::convert;
 use crate::leadership::Leader;
 use crate::shared::{voter_ids, Shared};
@@ -47,6 +48,8 @@ pub enum Port {
 pub struct NodeService {
     pub shared: Arc<Shared>,
     pub port: Port,
+    /// Who called on this connection (`authenticate`).
+    pub caller: CallerSlot,
 }
 
 fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, LodeError> {
@@ -722,31 +725,84 @@ impl NodeService {
 
 /// Each call holds `in_flight` while it runs, so shutdown can wait for it,
 /// and runs inside its request span.
+impl NodeService {
+    /// What this connection's caller may touch; members on the peer port
+    /// may touch everything.
+    fn allowed(&self) -> Result<Allowed, LodeError> {
+        if self.port == Port::Peer {
+            return Ok(Allowed::Everything);
+        }
+        self.shared.auth.allowed(&self.caller, self.shared.clock.now_micros())
+    }
+}
+
+/// Drops from an answer what the caller may not read: other namespaces'
+/// names, session keys and change events.
+fn filter_answer(allowed: &Allowed, mut response: ReadResponse) -> ReadResponse {
+    if matches!(allowed, Allowed::Everything) {
+        return response;
+    }
+    match &mut response.result {
+        QueryResult::Namespaces(names) => names.retain(|name| allowed.keeps_namespace(name)),
+        QueryResult::SessionKeys { keys, .. } => keys.retain(|(namespace, _)| allowed.keeps_namespace(namespace)),
+        QueryResult::Changes { events, .. } => events.retain(|event| allowed.keeps_event(event)),
+        _ => {}
+    }
+    response
+}
+
 impl LodeService for NodeService {
     async fn write(self, _context: Context, request: WriteRequest) -> Result<WriteResponse, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
         let span = self.request_span("write");
+        self.allowed()?.check_write(&request.operations)?;
         self.write_request(request).instrument(span).await
     }
 
     async fn read(self, _context: Context, request: ReadRequest) -> Result<ReadResponse, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
         let span = self.request_span("read");
-        async move { self.read_request(request).await }.instrument(span).await
+        let allowed = self.allowed()?;
+        allowed.check_query(&request.query)?;
+        let response = async move { self.read_request(request).await }.instrument(span).await?;
+        Ok(filter_answer(&allowed, response))
     }
 
     async fn cluster_status(self, _context: Context) -> Result<ClusterStatus, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
         let span = self.request_span("cluster_status");
-        self.leader_status().instrument(span).await
+        let admin = self.allowed()?.is_admin();
+        let mut status = self.leader_status().instrument(span).await?;
+        if !admin {
+            // Clients need the members' client addresses to find the
+            // leader; how members reach each other is for admins.
+            for member in &mut status.members {
+                member.peer_address.clear();
+            }
+        }
+        Ok(status)
+    }
+
+    async fn authenticate(self, _: Context, token: AccessToken) -> Result<String, LodeError> {
+        self.shared
+            .auth
+            .authenticate(&self.caller, &token, self.shared.clock.now_micros())
     }
 
     async fn capabilities(self, _: Context) -> Vec<Capability> {
         vec![Capability::Kv, Capability::Cas, Capability::FencedLeases]
     }
 
+    /// Open to every caller, like a health check: how members reach each
+    /// other is shown to admins only.
     async fn node_status(self, _: Context) -> Result<ClusterStatus, LodeError> {
-        Ok(self.local_status())
+        let mut status = self.local_status();
+        if !self.allowed().is_ok_and(|allowed| allowed.is_admin()) {
+            for member in &mut status.members {
+                member.peer_address.clear();
+            }
+        }
+        Ok(status)
     }
 
     async fn add_member(
@@ -758,12 +814,14 @@ impl LodeService for NodeService {
     ) -> Result<ClusterStatus, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
         let span = self.request_span("add_member");
+        self.allowed()?.require_admin("add_member")?;
         self.add_member_request(id, addresses, cluster).instrument(span).await
     }
 
     async fn remove_member(self, _context: Context, id: u64) -> Result<ClusterStatus, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
         let span = self.request_span("remove_member");
+        self.allowed()?.require_admin("remove_member")?;
         self.remove_member_request(id).instrument(span).await
     }
 

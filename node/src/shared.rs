@@ -33,6 +33,8 @@ pub struct Shared {
     pub membership_changes: tokio::sync::Mutex<()>,
     /// Requests being served; shutdown waits for them.
     pub in_flight: Arc<()>,
+    /// Users, roles and tokens as this member applied them.
+    pub auth: crate::auth::AuthCache,
 }
 
 /// Voter ids in the current membership.

@@ -7,6 +7,7 @@
 
 pub mod applied_index;
 pub mod apply;
+pub mod auth;
 pub mod command;
 pub mod engine;
 pub mod entry;

@@ -22,6 +22,9 @@ use lode_types::KeyRange;
 pub struct StateReader<E: Engine> {
     engine: Arc<E>,
     applied: AppliedIndex,
+    /// Counts the applies that may have changed the auth state (an auth
+    /// change, a restored snapshot).
+    auth_version: AppliedIndex,
 }
 
 impl<E: Engine> Clone for StateReader<E> {
@@ -29,6 +32,7 @@ impl<E: Engine> Clone for StateReader<E> {
         Self {
             engine: self.engine.clone(),
             applied: self.applied.clone(),
+            auth_version: self.auth_version.clone(),
         }
     }
 }
@@ -89,8 +93,23 @@ pub struct NotCaughtUp {
 }
 
 impl<E: Engine> StateReader<E> {
-    pub(crate) fn new(engine: Arc<E>, applied: AppliedIndex) -> Self {
-        Self { engine, applied }
+    pub(crate) fn new(engine: Arc<E>, applied: AppliedIndex, auth_version: AppliedIndex) -> Self {
+        Self {
+            engine,
+            applied,
+            auth_version,
+        }
+    }
+
+    /// A number that moves whenever the auth state may have changed, so a
+    /// cache of [`Self::auth_state`] knows when to read it again.
+    pub fn auth_version(&self) -> u64 {
+        self.auth_version.get()
+    }
+
+    /// Every user, role and token this replica has applied.
+    pub fn auth_state(&self) -> Result<crate::auth::AuthState, EngineError> {
+        crate::auth::AuthState::load(self.engine.as_ref())
     }
 
     /// A digest of everything this replica's state machine holds (entries,

@@ -28,6 +28,7 @@ type Membership = StoredMembership<NodeId, Member>;
 pub struct StateMachineStore<E: Engine> {
     engine: Arc<E>,
     applied: AppliedIndex,
+    auth_version: AppliedIndex,
     snapshot_sequence: u64,
     stored_snapshot: SnapshotOnDisk,
 }
@@ -121,6 +122,7 @@ impl<E: Engine> StateMachineStore<E> {
         Ok(Self {
             engine,
             applied: AppliedIndex::new(index),
+            auth_version: AppliedIndex::new(0),
             snapshot_sequence: 0,
             stored_snapshot: SnapshotOnDisk {
                 last_log_id: Arc::new(std::sync::Mutex::new(stored_snapshot)),
@@ -135,7 +137,7 @@ impl<E: Engine> StateMachineStore<E> {
 
     /// A read handle that follows this state machine's applied index.
     pub fn reader(&self) -> StateReader<E> {
-        StateReader::new(self.engine.clone(), self.applied.clone())
+        StateReader::new(self.engine.clone(), self.applied.clone(), self.auth_version.clone())
     }
 
     fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<ProposalOutcome, EngineError> {
@@ -170,8 +172,25 @@ impl<E: Engine> StateMachineStore<E> {
         // Buffered: the log is synced, so a lost apply is re-applied from it
         // on restart; `open` covers the case where the log was purged.
         self.engine.write(batch, Durability::Buffered)?;
+        if changes_auth(&entry.payload) {
+            self.auth_version.set(self.auth_version.get().wrapping_add(1));
+        }
         Ok(outcome)
     }
+}
+
+/// Whether an entry holds an auth change, so the auth state may move.
+fn changes_auth(payload: &EntryPayload<TypeConfig>) -> bool {
+    let EntryPayload::Normal(proposal) = payload else {
+        return false;
+    };
+    proposal.commands.iter().any(|command| {
+        let crate::command::Command::V1(command) = command;
+        command
+            .operations
+            .iter()
+            .any(|operation| matches!(operation, crate::command::Operation::Auth { .. }))
+    })
 }
 
 /// Builds one snapshot from a checkpoint taken when the builder was made.
@@ -311,8 +330,10 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
                 format!("image is at {installed:?} but its meta says {:?}", meta.last_log_id),
             )));
         }
-        self.applied
-            .set(meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0));
+        let index = meta.last_log_id.map(|log_id| log_id.index).unwrap_or(0);
+        self.applied.set(index);
+        // The restored state may hold other users, roles and tokens.
+        self.auth_version.set(self.auth_version.get().wrapping_add(1));
         tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");
         Ok(())
     }

@@ -189,6 +189,17 @@ fn operations() -> Vec<(&'static str, Operation)> {
                 operand: 6,
             },
         ),
+        (
+            "auth",
+            Operation::Auth {
+                change: lode_types::auth::AuthChange::IssueToken {
+                    id: 0x0f0e_0d0c_0b0a_0908_0706_0504_0302_0100,
+                    user: "root".to_owned(),
+                    secret_sha256: [7; 32],
+                    expires_at_micros: Some(1_767_225_600_000_000),
+                },
+            },
+        ),
     ]
 }
 

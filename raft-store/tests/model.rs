@@ -531,9 +531,11 @@ impl Model {
             | Operation::Enqueue { .. }
             | Operation::ClaimMessage { .. }
             | Operation::FinishMessage { .. }
-            | Operation::RequeueOverdue { .. } => {
+            | Operation::RequeueOverdue { .. }
+            | Operation::Auth { .. } => {
                 unreachable!(
-                    "the model generates no V8 sums or queue operations (lode-types and node/tests cover them)"
+                    "the model generates no V8 sums, queue or auth operations (lode-types, raft-store/src/auth.rs \
+                     and node/tests cover them)"
                 )
             }
         }

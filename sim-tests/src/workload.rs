@@ -31,6 +31,7 @@ pub fn client_options() -> ClientOptions {
         backoff_max: Duration::from_millis(200),
         default_stream: None,
         tls: None,
+        token: None,
     }
 }
 

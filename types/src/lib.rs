@@ -5,8 +5,9 @@
 //! lode-raft-store (no network) use the very same definitions and checks,
 //! with nothing to convert between them. Each item has one public path:
 //! the crate root (the files below are private), or the public modules
-//! `limits`, `binary`, `state_update` and `v8_number`.
+//! `auth`, `limits`, `binary`, `state_update` and `v8_number`.
 
+pub mod auth;
 pub mod binary;
 mod changes;
 mod encoding;

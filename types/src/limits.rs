@@ -82,6 +82,12 @@ pub const QUEUE_REQUEUE_MESSAGES_MAX: u32 = 1000;
 pub const SUM_OPERAND_BYTES_MAX: usize = 64;
 /// Most keys in one get_many.
 pub const GET_MANY_KEYS_MAX: usize = 1000;
+/// Longest user or role name, in bytes.
+pub const AUTH_NAME_BYTES_MAX: usize = 64;
+/// Most grants one role holds.
+pub const GRANTS_PER_ROLE_MAX: usize = 100;
+/// Most roles one user holds.
+pub const ROLES_PER_USER_MAX: usize = 32;
 /// Most namespaces one listing returns.
 pub const NAMESPACES_LISTED_MAX: usize = 10_000;
 /// Most namespaces one listing looks at.

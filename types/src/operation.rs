@@ -274,6 +274,8 @@ pub enum Operation {
         kind: CounterKind,
         operand: u64,
     },
+    /// A change of users, roles or tokens (`crate::auth`).
+    Auth { change: crate::auth::AuthChange },
 }
 
 impl Operation {
@@ -366,6 +368,7 @@ impl Operation {
             | Operation::ClaimMessage { .. }
             | Operation::FinishMessage { .. }
             | Operation::RequeueOverdue { .. } => 0,
+            Operation::Auth { change } => change.size_bytes(),
         }
     }
 
@@ -425,6 +428,7 @@ impl Operation {
             }
             Operation::ClaimMessage { .. } | Operation::FinishMessage { .. } => one(QUEUE_NAMESPACE, Write),
             Operation::SweepExpired { .. } | Operation::RequeueOverdue { .. } => Vec::new(),
+            Operation::Auth { .. } => one(crate::auth::AUTH_NAMESPACE, Access::Admin),
         }
     }
 
@@ -464,7 +468,8 @@ impl Operation {
             | Operation::FinishMessage { .. }
             | Operation::RequeueOverdue { .. }
             | Operation::SweepExpired { .. }
-            | Operation::DeleteRange { .. } => return None,
+            | Operation::DeleteRange { .. }
+            | Operation::Auth { .. } => return None,
             Operation::Copy {
                 namespace,
                 key,
@@ -485,11 +490,13 @@ impl Operation {
     }
 }
 
-/// Whether an operation reads or writes a namespace.
+/// Whether an operation reads, writes or administers a namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
     Read,
     Write,
+    /// Changes who may use it: only the auth namespace is touched so.
+    Admin,
 }
 
 /// One namespace an operation touches, and how.

@@ -95,4 +95,6 @@ pub enum OperationResult {
         old_value: Option<Vec<u8>>,
         encoding: Option<Encoding>,
     },
+    /// An auth change applied.
+    AuthChanged,
 }

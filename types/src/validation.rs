@@ -176,6 +176,7 @@ impl Operation {
                 }
                 Ok(())
             }
+            Operation::Auth { change } => change.validate(),
             Operation::SweepExpired { entries_max } => {
                 if *entries_max == 0 || *entries_max > SWEEP_ENTRIES_MAX {
                     return Err(format!(

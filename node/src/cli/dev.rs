@@ -88,6 +88,7 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
         let node = Node::start(config, listeners).await?;
         let http_address = port(100, *id);
         let mut http_config = HttpConfig::new(node.address(), arguments.access_token.clone());
+        http_config.member_token = Some(node.member_token());
         http_config.tls = tls.clone();
         let http = HttpServer::start(lode_client::facade::bind(&http_address).await?, http_config)?;
         http_ports.push(http);

@@ -26,6 +26,24 @@ pub struct Endpoints {
     /// The private key of --tls-cert (PEM).
     #[arg(long, env = "LODE_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// A file holding the caller's token (`lode auth token issue`), for a
+    /// cluster with authentication on.
+    #[arg(long, env = "LODE_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Most bytes of a token file read: a token is about a hundred.
+const TOKEN_FILE_BYTES_MAX: u64 = 4096;
+
+/// Reads a token file, bounded, with the token's own check.
+pub fn read_token_file(path: &std::path::Path) -> Result<lode_types::auth::TokenParts, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|error| format!("token file {}: {error}", path.display()))?;
+    let mut text = String::new();
+    file.take(TOKEN_FILE_BYTES_MAX)
+        .read_to_string(&mut text)
+        .map_err(|error| format!("token file {}: {error}", path.display()))?;
+    lode_types::auth::TokenParts::parse(&text).map_err(|error| format!("token file {}: {error}", path.display()))
 }
 
 impl Endpoints {
@@ -37,8 +55,15 @@ impl Endpoints {
             }
             None => None,
         };
+        let token = match &self.token_file {
+            Some(path) => Some(lode_client::protocol::AccessToken(
+                read_token_file(path).map_err(LodeError::Invalid)?.to_text(),
+            )),
+            None => None,
+        };
         let options = ClientOptions {
             tls,
+            token,
             ..ClientOptions::default()
         };
         Client::with_options(self.endpoints.split(','), options)

@@ -1,5 +1,6 @@
 //! The command-line contract that scripts and docs rely on.
 
+mod auth;
 mod bench;
 mod certificates;
 mod dev;
@@ -59,6 +60,9 @@ pub enum Commands {
     /// Create a cluster CA and issue member and client certificates.
     #[command(subcommand)]
     Tls(certificates::TlsCommand),
+    /// Manage users, roles, grants and tokens.
+    #[command(subcommand)]
+    Auth(auth::AuthCommand),
 }
 
 #[derive(Args, Debug)]
@@ -123,6 +127,11 @@ pub struct NodeArguments {
     pub access_token: Option<String>,
     #[command(flatten)]
     pub tls: NodeTlsArguments,
+    /// The first admin's token (`lode auth new-token`): while the cluster
+    /// has no user, the leader creates user `root` holding it, and from
+    /// then on every client call needs a token.
+    #[arg(long, env = "LODE_BOOTSTRAP_TOKEN_FILE")]
+    pub bootstrap_token_file: Option<PathBuf>,
     /// Serve in the clear on addresses other hosts can reach. Without TLS
     /// anyone who reaches the peer port can vote, append to the log and
     /// change the membership; use only on a network where every host is
@@ -366,10 +375,14 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     config.dedup_retention_ms = milliseconds(arguments.dedup_retention);
     config.change_log_events_max = arguments.change_log_events_max;
     config.change_log_bytes_max = arguments.change_log_bytes_max;
+    if let Some(path) = &arguments.bootstrap_token_file {
+        config.bootstrap_token = Some(helpers::read_token_file(path).map_err(anyhow::Error::msg)?);
+    }
     let node = Node::start(config, listeners).await?;
     let http = match (http_listener, &arguments.access_token) {
         (Some(listener), Some(token)) => {
             let mut config = lode_node::http::HttpConfig::new(node.address(), token.clone());
+            config.member_token = Some(node.member_token());
             config.tls = tls;
             config.connections_max = arguments.http_connections_max;
             config.tls_handshake_ms_max = milliseconds(arguments.tls_handshake_timeout);
@@ -476,6 +489,7 @@ pub async fn run(arguments: Arguments) -> ExitCode {
             .map(|()| ExitCode::SUCCESS)
             .map_err(|error| error.to_string()),
         Commands::Lease(command) => lease::run(command).await.map_err(|error| error.to_string()),
+        Commands::Auth(command) => auth::run(command).await,
         Commands::Changes(arguments) => run_changes(arguments).await.map_err(|error| error.to_string()),
         Commands::Kv(command) => kv::run(command).await.map_err(|error| error.to_string()),
         Commands::Cluster(command) => run_cluster(command).await.map_err(|error| error.to_string()),

@@ -139,6 +139,7 @@ pub(super) fn failure(error: LodeError) -> Response {
     match error {
         LodeError::Invalid(message) => text(StatusCode::BAD_REQUEST, format!("invalid request: {message}")),
         LodeError::Unauthorized => text(StatusCode::UNAUTHORIZED, "unauthorized"),
+        forbidden @ LodeError::Forbidden { .. } => text(StatusCode::FORBIDDEN, forbidden.to_string()),
         other => {
             tracing::debug!(error = %other, "KV Connect call failed; the client retries");
             text(StatusCode::SERVICE_UNAVAILABLE, format!("unavailable, retry: {other}"))

@@ -50,6 +50,9 @@ pub struct HttpConfig {
     pub connections_max: usize,
     pub tls_handshake_ms_max: u64,
     pub header_read_ms_max: u64,
+    /// The node's own token (`Node::member_token`), which lets the gateway
+    /// through the node's authentication.
+    pub member_token: Option<lode_client::protocol::AccessToken>,
 }
 
 impl HttpConfig {
@@ -62,6 +65,7 @@ impl HttpConfig {
             connections_max: crate::accept::HTTP_CONNECTIONS_MAX_DEFAULT,
             tls_handshake_ms_max: crate::accept::TLS_HANDSHAKE_MS_MAX_DEFAULT,
             header_read_ms_max: HEADER_READ_MS_MAX_DEFAULT,
+            member_token: None,
         }
     }
 }
@@ -98,6 +102,7 @@ impl HttpServer {
         let options = ClientOptions {
             call_timeout: Duration::from_secs(20),
             tls: config.tls.as_ref().map(|tls| tls.peer_client()),
+            token: config.member_token.clone(),
             ..ClientOptions::default()
         };
         let cluster = Client::with_options([config.node_address.clone()], options.clone())?;

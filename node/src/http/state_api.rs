@@ -34,6 +34,7 @@ fn failure(error: LodeError) -> Response {
         LodeError::Invalid(_) => "invalid",
         LodeError::NotFound(_) => "not_found",
         LodeError::Unauthorized => "unauthorized",
+        LodeError::Forbidden { .. } => "forbidden",
         LodeError::Timeout(_) => "timeout",
         LodeError::AmbiguousMutation { .. } => "ambiguous_mutation",
         _ => "unavailable",
@@ -42,6 +43,7 @@ fn failure(error: LodeError) -> Response {
         "invalid" => StatusCode::BAD_REQUEST,
         "not_found" => StatusCode::NOT_FOUND,
         "unauthorized" => StatusCode::UNAUTHORIZED,
+        "forbidden" => StatusCode::FORBIDDEN,
         _ => StatusCode::SERVICE_UNAVAILABLE,
     };
     refused(status, code, error.to_string())

@@ -14,6 +14,7 @@
 //! dedup and checks, then one line per operation naming the function (in
 //! the file of its family) that applies it to the [`ApplyContext`].
 
+mod auth;
 mod change_log;
 mod checks;
 mod context;
@@ -264,6 +265,7 @@ fn apply_coordination_operation<E: Engine>(context: &mut ApplyContext<'_, E>, op
         } => state_updates::update(context, namespace, key, ops_json),
         Operation::SweepExpired { entries_max } => sweeps::sweep_expired(context, *entries_max),
         Operation::RequeueOverdue { messages_max } => sweeps::requeue_overdue(context, *messages_max),
+        Operation::Auth { change } => auth::apply(context, change),
         Operation::Set { .. }
         | Operation::Delete { .. }
         | Operation::Expire { .. }

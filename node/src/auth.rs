@@ -1,0 +1,285 @@
+//! Who is calling, and what they may do: a connection names its caller by
+//! a token (`authenticate`), and every call is checked against the grants
+//! the replicated auth state gives that caller, before anything is
+//! proposed or read. A cluster with no user lets every caller do
+//! everything; the peer port is the members' own (mutually authenticated
+//! when TLS is on) and is trusted, and so is the member's own HTTP gateway,
+//! which names itself by a secret only this process knows.
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use lode_client::protocol::{AccessToken, ChangeEvent, Query};
+use lode_client::LodeError;
+use lode_raft_store::auth::{AuthState, TokenRefusal};
+use lode_raft_store::{SelectedEngine, StateReader};
+use lode_types::auth::{is_cluster_admin, permits, Grant, TokenParts};
+use lode_types::{Access, Operation};
+
+/// The id a member's own gateway presents; no issued token has it.
+pub const MEMBER_TOKEN_ID: u128 = 0;
+
+/// How a connection's caller was named.
+#[derive(Clone, Debug)]
+pub enum Credential {
+    Token(TokenParts),
+    /// The member itself (its HTTP gateway, in this process).
+    Member,
+}
+
+/// The caller of one connection, set by `authenticate`.
+pub type CallerSlot = Arc<Mutex<Option<Credential>>>;
+
+/// What a call may touch: everything, or what the grants allow.
+#[derive(Clone, Debug)]
+pub enum Allowed {
+    Everything,
+    Grants(Vec<Grant>),
+}
+
+/// The auth state as this member has applied it, read again whenever the
+/// state machine says it may have changed.
+pub struct AuthCache {
+    reader: StateReader<SelectedEngine>,
+    loaded: RwLock<Option<(u64, Arc<AuthState>)>>,
+    /// The secret of [`MEMBER_TOKEN_ID`], made at start.
+    member_secret: [u8; 32],
+}
+
+fn storage(error: lode_raft_store::EngineError) -> LodeError {
+    tracing::error!(%error, "reading the auth state failed");
+    LodeError::Unavailable("the auth state cannot be read".to_owned())
+}
+
+impl AuthCache {
+    pub fn new(reader: StateReader<SelectedEngine>) -> Self {
+        let mut member_secret = [0u8; 32];
+        rand::Rng::fill(&mut rand::thread_rng(), &mut member_secret);
+        Self {
+            reader,
+            loaded: RwLock::new(None),
+            member_secret,
+        }
+    }
+
+    /// The token this member's own gateway presents.
+    pub fn member_token(&self) -> AccessToken {
+        AccessToken(
+            TokenParts {
+                id: MEMBER_TOKEN_ID,
+                secret: self.member_secret,
+            }
+            .to_text(),
+        )
+    }
+
+    pub fn state(&self) -> Result<Arc<AuthState>, LodeError> {
+        let version = self.reader.auth_version();
+        {
+            let loaded = self.loaded.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some((seen, state)) = loaded.as_ref() {
+                if *seen == version {
+                    return Ok(state.clone());
+                }
+            }
+        }
+        let state = Arc::new(self.reader.auth_state().map_err(storage)?);
+        let mut loaded = self.loaded.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *loaded = Some((version, state.clone()));
+        Ok(state)
+    }
+
+    /// Checks `token` and names the connection's caller by it; answers the
+    /// user (empty for the member itself, or when authentication is off).
+    pub fn authenticate(&self, slot: &CallerSlot, token: &AccessToken, now_micros: u64) -> Result<String, LodeError> {
+        let parts = TokenParts::parse(&token.0).map_err(LodeError::Invalid)?;
+        let (credential, user) = if parts.id == MEMBER_TOKEN_ID {
+            if !constant_time_equal(&parts.secret, &self.member_secret) {
+                return Err(LodeError::Unauthorized);
+            }
+            (Credential::Member, String::new())
+        } else {
+            let state = self.state()?;
+            let user = if state.is_enabled() {
+                user_of(&state, &parts, now_micros)?.to_owned()
+            } else {
+                String::new()
+            };
+            (Credential::Token(parts), user)
+        };
+        *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(credential);
+        Ok(user)
+    }
+
+    /// What the caller of `slot` may touch now.
+    pub fn allowed(&self, slot: &CallerSlot, now_micros: u64) -> Result<Allowed, LodeError> {
+        let credential = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        if matches!(credential, Some(Credential::Member)) {
+            return Ok(Allowed::Everything);
+        }
+        let state = self.state()?;
+        if !state.is_enabled() {
+            return Ok(Allowed::Everything);
+        }
+        let Some(Credential::Token(parts)) = credential else {
+            return Err(LodeError::Unauthorized);
+        };
+        let user = user_of(&state, &parts, now_micros)?;
+        Ok(Allowed::Grants(state.grants_of(user)))
+    }
+}
+
+fn user_of<'s>(state: &'s AuthState, parts: &TokenParts, now_micros: u64) -> Result<&'s str, LodeError> {
+    state
+        .user_of_token(parts.id, &parts.secret, now_micros)
+        .map_err(|refusal| {
+            let reason = match refusal {
+                TokenRefusal::Unknown => "unknown or revoked",
+                TokenRefusal::Expired => "expired",
+                TokenRefusal::UserRemoved => "of a removed user",
+            };
+            tracing::info!(token = format!("{:032x}", parts.id), reason, "a token was refused");
+            LodeError::Unauthorized
+        })
+}
+
+fn constant_time_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |difference, (x, y)| difference | (x ^ y))
+        == 0
+}
+
+fn access_name(access: Access) -> &'static str {
+    match access {
+        Access::Read => "read",
+        Access::Write => "write",
+        Access::Admin => "admin",
+    }
+}
+
+fn shown(namespace: &str) -> String {
+    namespace.replace('\0', "\\0")
+}
+
+impl Allowed {
+    fn permits(&self, namespace: &str, access: Access) -> bool {
+        match self {
+            Allowed::Everything => true,
+            Allowed::Grants(grants) => permits(grants, namespace, access),
+        }
+    }
+
+    /// Every operation of a write, each namespace it reads or writes: the
+    /// first one not allowed refuses the whole write.
+    pub fn check_write(&self, operations: &[Operation]) -> Result<(), LodeError> {
+        for (index, operation) in operations.iter().enumerate() {
+            for touched in operation.namespaces() {
+                if !self.permits(touched.namespace, touched.access) {
+                    return Err(LodeError::Forbidden {
+                        operation: format!("operation {index} ({})", operation_name(operation)),
+                        namespace: shown(touched.namespace),
+                        access: access_name(touched.access).to_owned(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A read of one namespace needs `read` on it; listings and the change
+    /// feed are filtered instead (`keeps_namespace`).
+    pub fn check_query(&self, query: &Query) -> Result<(), LodeError> {
+        let namespace = match query {
+            Query::Get { namespace, .. }
+            | Query::Exists { namespace, .. }
+            | Query::GetMany { namespace, .. }
+            | Query::Scan { namespace, .. }
+            | Query::Lease { namespace, .. }
+            | Query::Ranges { namespace, .. } => namespace.as_str(),
+            Query::NextDelivery { .. } => lode_types::QUEUE_NAMESPACE,
+            Query::Namespaces { .. }
+            | Query::SessionKeys { .. }
+            | Query::Changes { .. }
+            | Query::StateEvents { .. } => return Ok(()),
+        };
+        if self.permits(namespace, Access::Read) {
+            return Ok(());
+        }
+        Err(LodeError::Forbidden {
+            operation: format!("a {} read", query_name(query)),
+            namespace: shown(namespace),
+            access: "read".to_owned(),
+        })
+    }
+
+    /// Whether a listed namespace, a session's key or a change event of
+    /// `namespace` may be shown.
+    pub fn keeps_namespace(&self, namespace: &str) -> bool {
+        self.permits(namespace, Access::Read)
+    }
+
+    pub fn keeps_event(&self, event: &ChangeEvent) -> bool {
+        self.keeps_namespace(&event.namespace)
+    }
+
+    pub fn is_admin(&self) -> bool {
+        match self {
+            Allowed::Everything => true,
+            Allowed::Grants(grants) => is_cluster_admin(grants),
+        }
+    }
+
+    /// Membership changes and auth management need `admin` on every
+    /// namespace.
+    pub fn require_admin(&self, call: &str) -> Result<(), LodeError> {
+        if self.is_admin() {
+            return Ok(());
+        }
+        Err(LodeError::Forbidden {
+            operation: call.to_owned(),
+            namespace: String::new(),
+            access: "admin".to_owned(),
+        })
+    }
+}
+
+fn operation_name(operation: &Operation) -> &'static str {
+    match operation {
+        Operation::Set { .. } => "set",
+        Operation::Delete { .. } => "delete",
+        Operation::SweepExpired { .. } => "sweep_expired",
+        Operation::Expire { .. } => "expire",
+        Operation::Patch { .. } => "patch",
+        Operation::Copy { .. } => "copy",
+        Operation::DeleteRange { .. } => "delete_range",
+        Operation::AcquireLease { .. } => "acquire_lease",
+        Operation::RenewLease { .. } => "renew_lease",
+        Operation::ReleaseLease { .. } => "release_lease",
+        Operation::Check { .. } => "check",
+        Operation::Enqueue { .. } => "enqueue",
+        Operation::ClaimMessage { .. } => "claim_message",
+        Operation::FinishMessage { .. } => "finish_message",
+        Operation::RequeueOverdue { .. } => "requeue_overdue",
+        Operation::StateUpdate { .. } => "state_update",
+        Operation::Take { .. } => "take",
+        Operation::SumV8 { .. } => "sum_v8",
+        Operation::Counter { .. } => "counter",
+        Operation::Auth { .. } => "auth",
+    }
+}
+
+fn query_name(query: &Query) -> &'static str {
+    match query {
+        Query::Get { .. } => "get",
+        Query::Exists { .. } => "exists",
+        Query::GetMany { .. } => "get_many",
+        Query::Scan { .. } => "scan",
+        Query::Namespaces { .. } => "namespaces",
+        Query::SessionKeys { .. } => "session_keys",
+        Query::Changes { .. } => "changes",
+        Query::Lease { .. } => "lease",
+        Query::Ranges { .. } => "ranges",
+        Query::NextDelivery { .. } => "next_delivery",
+        Query::StateEvents { .. } => "state_events",
+    }
+}

@@ -1,0 +1,209 @@
+//! Users, roles and grants on a real three-member cluster started with a
+//! bootstrap token: what each token may read and write, what a refusal
+//! says, that a refused atomic write applies nothing, that listings and
+//! the change feed show only what the caller may read, that only admins
+//! change the membership, and that revoked and expired tokens stop working
+//! on every member.
+
+mod support;
+
+use lode_client::auth::IssuedToken;
+use lode_client::protocol::{AccessToken, Operation, WriteRequest};
+use lode_client::{Client, ClientOptions, LodeError};
+use lode_types::auth::Grant;
+use support::{wait_until, TestCluster};
+
+struct Secured {
+    cluster: TestCluster,
+    root: Client,
+    _directory: tempfile::TempDir,
+}
+
+fn client_with(cluster: &TestCluster, endpoints: Vec<String>, token: &AccessToken) -> Client {
+    let options = ClientOptions {
+        token: Some(token.clone()),
+        ..cluster.options()
+    };
+    Client::with_options(endpoints, options).expect("client")
+}
+
+/// Three members holding one bootstrap token; waits until authentication
+/// is on (an anonymous call is refused).
+async fn secured() -> Secured {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let root_token = lode_client::auth::new_token();
+    let path = directory.path().join("root.token");
+    std::fs::write(&path, root_token.to_text()).expect("token file");
+    let path = path.to_string_lossy().into_owned();
+    let cluster = TestCluster::start_with_flags(3, 10_000, &["--bootstrap-token-file", &path]);
+    cluster.wait_for_leader().await;
+    let anonymous = cluster.client();
+    wait_until("authentication to turn on", || async {
+        match anonymous.kv("config").get("k").await {
+            Err(error) if error.is_unauthorized() => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    let root = client_with(&cluster, cluster.endpoints(), &AccessToken(root_token.to_text()));
+    Secured {
+        cluster,
+        root,
+        _directory: directory,
+    }
+}
+
+/// A user holding one role of `grants`, and its token.
+async fn user_with(root: &Client, name: &str, grants: &[&str]) -> IssuedToken {
+    let auth = root.auth();
+    auth.put_user(name).await.expect("user");
+    let grants = grants.iter().map(|grant| Grant::parse(grant).expect("grant")).collect();
+    auth.put_role(name, grants).await.expect("role");
+    auth.bind_role(name, name).await.expect("bind");
+    auth.issue_token(name, None).await.expect("token")
+}
+
+fn assert_forbidden(error: LodeError, namespace: &str) {
+    match &error {
+        LodeError::Forbidden { namespace: refused, .. } => assert_eq!(refused, namespace, "{error}"),
+        other => panic!("expected forbidden on {namespace:?}, got {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_decide_what_each_token_may_read_write_and_see() {
+    let Secured { cluster, root, .. } = secured().await;
+    root.kv("config")
+        .set("k")
+        .bytes("v")
+        .send()
+        .await
+        .expect("root writes config");
+    root.kv("secrets")
+        .set("s")
+        .bytes("hidden")
+        .send()
+        .await
+        .expect("root writes secrets");
+    let issued = user_with(&root, "reader", &["read:config", "write:scratch"]).await;
+    let reader = client_with(&cluster, cluster.endpoints(), &issued.token);
+
+    let entry = reader.kv("config").get("k").await.expect("read config");
+    assert_eq!(entry, Some(b"v".to_vec()));
+    let refused = reader
+        .kv("config")
+        .set("k")
+        .bytes("mine")
+        .send()
+        .await
+        .expect_err("write");
+    assert_forbidden(refused, "config");
+    assert_forbidden(reader.kv("secrets").get("s").await.expect_err("read"), "secrets");
+    let mut names = reader.kv_namespaces().await.expect("namespaces");
+    names.sort();
+    assert!(!names.contains(&"secrets".to_owned()), "{names:?}");
+    assert!(names.contains(&"config".to_owned()), "{names:?}");
+
+    // One forbidden operation refuses the whole write: nothing applies.
+    let copy = Operation::Copy {
+        namespace: "config".to_owned(),
+        key: b"k".to_vec(),
+        to_namespace: "secrets".to_owned(),
+        to_key: b"copied".to_vec(),
+        remove_source: false,
+    };
+    let scratch = Operation::Set {
+        namespace: "scratch".to_owned(),
+        key: b"x".to_vec(),
+        value: b"1".to_vec(),
+        encoding: Default::default(),
+        expires_at_micros: None,
+        precondition: None,
+        fence: None,
+        session: None,
+    };
+    let request = WriteRequest {
+        op_id: lode_client::sdk::new_op_id(),
+        operations: vec![scratch, copy],
+    };
+    let refused = reader.write(request).await.expect_err("a write with a forbidden copy");
+    assert!(refused.to_string().contains("operation 1 (copy)"), "{refused}");
+    assert_forbidden(refused, "secrets");
+    assert_eq!(
+        root.kv("scratch").get("x").await.expect("read"),
+        None,
+        "part of a refused write applied"
+    );
+    assert_eq!(root.kv("secrets").get("copied").await.expect("read"), None);
+
+    // The change feed shows only namespaces the reader may read.
+    let mut feed = reader.changes((0, 0));
+    let events = feed.next_batch().await.expect("changes");
+    assert!(!events.is_empty(), "the reader sees config's change");
+    assert!(events.iter().all(|event| event.namespace == "config"), "{events:?}");
+
+    // Membership is for admins.
+    let refused = reader
+        .add_member(9, "127.0.0.1:1")
+        .await
+        .expect_err("a reader adds a member");
+    assert!(refused.is_forbidden(), "{refused}");
+    let status = reader.cluster_status().await.expect("status");
+    assert!(status.members.iter().all(|member| member.peer_address.is_empty()));
+    cluster.assert_no_errors();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_and_expired_tokens_stop_working_on_every_member() {
+    let Secured { cluster, root, .. } = secured().await;
+    root.kv("config").set("k").bytes("v").send().await.expect("write");
+    let issued = user_with(&root, "service", &["read:config"]).await;
+    let members: Vec<u64> = cluster.running();
+    for id in &members {
+        let one = client_with(&cluster, vec![cluster.members[id].address.clone()], &issued.token);
+        one.kv("config")
+            .get("k")
+            .await
+            .expect("the token works on every member");
+    }
+    root.auth().revoke_token(issued.id).await.expect("revoke");
+    for id in &members {
+        let one = client_with(&cluster, vec![cluster.members[id].address.clone()], &issued.token);
+        wait_until(&format!("member {id} to refuse the revoked token"), || async {
+            match one.kv("config").get("k").await {
+                Err(error) if error.is_unauthorized() => Some(()),
+                _ => None,
+            }
+        })
+        .await;
+    }
+
+    let short = root
+        .auth()
+        .issue_token("service", Some(std::time::Duration::from_millis(300)))
+        .await
+        .expect("a short token");
+    let expiring = client_with(&cluster, cluster.endpoints(), &short.token);
+    wait_until("the short token to expire", || async {
+        match expiring.kv("config").get("k").await {
+            Err(error) if error.is_unauthorized() => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    // A user that was removed takes its tokens with it.
+    let other = user_with(&root, "gone", &["read:config"]).await;
+    root.auth().remove_user("gone").await.expect("remove user");
+    let removed = client_with(&cluster, cluster.endpoints(), &other.token);
+    let refused = removed.kv("config").get("k").await.expect_err("a removed user's token");
+    assert!(refused.is_unauthorized(), "{refused}");
+    // An auth change is an admin's.
+    let service = user_with(&root, "writer", &["write:"]).await;
+    let writer = client_with(&cluster, cluster.endpoints(), &service.token);
+    let refused = writer
+        .auth()
+        .put_user("mallory")
+        .await
+        .expect_err("a writer adds a user");
+    assert!(refused.is_forbidden(), "{refused}");
+}

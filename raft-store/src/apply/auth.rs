@@ -1,0 +1,113 @@
+//! Auth changes: users, roles and tokens written as records of the auth
+//! namespace (`crate::auth`), checked against what is stored.
+
+use lode_types::auth::AuthChange;
+use lode_types::limits::ROLES_PER_USER_MAX;
+
+use super::context::ApplyContext;
+use super::Applied;
+use crate::auth::{role_key, token_key, user_key, RoleRecord, TokenRecord, UserRecord};
+use crate::command::{Encoding, OperationResult, Rejection};
+use crate::engine::Engine;
+use crate::error::{decode, encode, EngineError};
+
+fn read<E: Engine, T: serde::de::DeserializeOwned>(
+    context: &mut ApplyContext<'_, E>,
+    key: &[u8],
+    what: &'static str,
+) -> Result<Option<T>, EngineError> {
+    match context.get(key)? {
+        Some(entry) => Ok(Some(decode(what, &entry.value)?)),
+        None => Ok(None),
+    }
+}
+
+fn write<E: Engine, T: serde::Serialize>(
+    context: &mut ApplyContext<'_, E>,
+    key: Vec<u8>,
+    what: &'static str,
+    record: &T,
+) -> Result<(), EngineError> {
+    let entry = context.stored(encode(what, record)?, Encoding::Bytes, None, None);
+    context.put(key, entry)
+}
+
+fn not_found(what: &str, name: &str) -> Applied {
+    Ok(Err(Rejection::NotFound(format!("{what} {name:?}"))))
+}
+
+fn done() -> Applied {
+    Ok(Ok(OperationResult::AuthChanged))
+}
+
+pub(super) fn apply<E: Engine>(context: &mut ApplyContext<'_, E>, change: &AuthChange) -> Applied {
+    match change {
+        AuthChange::PutUser { name } => {
+            if read::<E, UserRecord>(context, &user_key(name), "user record")?.is_none() {
+                write(context, user_key(name), "user record", &UserRecord::default())?;
+            }
+            done()
+        }
+        AuthChange::RemoveUser { name } => match context.remove(user_key(name))? {
+            Some(_) => done(),
+            None => not_found("user", name),
+        },
+        AuthChange::PutRole { name, grants } => {
+            let record = RoleRecord { grants: grants.clone() };
+            write(context, role_key(name), "role record", &record)?;
+            done()
+        }
+        AuthChange::RemoveRole { name } => match context.remove(role_key(name))? {
+            Some(_) => done(),
+            None => not_found("role", name),
+        },
+        AuthChange::BindRole { user, role } => bind(context, user, role, true),
+        AuthChange::UnbindRole { user, role } => bind(context, user, role, false),
+        AuthChange::IssueToken {
+            id,
+            user,
+            secret_sha256,
+            expires_at_micros,
+        } => {
+            if read::<E, UserRecord>(context, &user_key(user), "user record")?.is_none() {
+                return not_found("user", user);
+            }
+            if context.get(&token_key(*id))?.is_some() {
+                return Ok(Err(Rejection::Invalid(format!("a token with id {id:032x} exists"))));
+            }
+            let record = TokenRecord {
+                user: user.clone(),
+                secret_sha256: *secret_sha256,
+                expires_at_micros: *expires_at_micros,
+            };
+            write(context, token_key(*id), "token record", &record)?;
+            done()
+        }
+        AuthChange::RevokeToken { id } => match context.remove(token_key(*id))? {
+            Some(_) => done(),
+            None => not_found("token", &format!("{id:032x}")),
+        },
+    }
+}
+
+/// Gives `role` to `user`, or takes it away.
+fn bind<E: Engine>(context: &mut ApplyContext<'_, E>, user: &str, role: &str, bound: bool) -> Applied {
+    let Some(mut record) = read::<E, UserRecord>(context, &user_key(user), "user record")? else {
+        return not_found("user", user);
+    };
+    if bound {
+        if context.get(&role_key(role))?.is_none() {
+            return not_found("role", role);
+        }
+        if !record.roles.contains(role) && record.roles.len() >= ROLES_PER_USER_MAX {
+            return Ok(Err(Rejection::Invalid(format!(
+                "user {user:?} holds roles_per_user_max = {ROLES_PER_USER_MAX} roles"
+            ))));
+        }
+        record.roles.insert(role.to_owned());
+    } else {
+        record.roles.remove(role);
+    }
+    write(context, user_key(user), "user record", &record)?;
+    done()
+}
