@@ -177,6 +177,15 @@ impl Node {
         &self.address
     }
 
+    /// Whether the cluster has users, for the HTTP port; a state that
+    /// cannot be read counts as having them, so the port fails closed.
+    pub fn auth_probe(&self) -> crate::http::AuthProbe {
+        let shared = self.shared.clone();
+        crate::http::AuthProbe(Arc::new(move || {
+            shared.auth.state().map_or(true, |state| state.is_enabled())
+        }))
+    }
+
     /// The token this node's own HTTP gateway presents to its client port:
     /// it may do everything, and only this process knows it.
     pub fn member_token(&self) -> lode_client::protocol::AccessToken {

@@ -27,15 +27,15 @@ fn client_with(cluster: &TestCluster, endpoints: Vec<String>, token: &AccessToke
     Client::with_options(endpoints, options).expect("client")
 }
 
-/// Three members holding one bootstrap token; waits until authentication
-/// is on (an anonymous call is refused).
+/// Three members (with HTTP ports) holding one bootstrap token; waits
+/// until authentication is on (an anonymous call is refused).
 async fn secured() -> Secured {
     let directory = tempfile::tempdir().expect("temporary directory");
     let root_token = lode_client::auth::new_token();
     let path = directory.path().join("root.token");
     std::fs::write(&path, root_token.to_text()).expect("token file");
     let path = path.to_string_lossy().into_owned();
-    let cluster = TestCluster::start_with_flags(3, 10_000, &["--bootstrap-token-file", &path]);
+    let cluster = TestCluster::start_with_http_and_flags(3, 10_000, &["--bootstrap-token-file", &path]);
     cluster.wait_for_leader().await;
     let anonymous = cluster.client();
     wait_until("authentication to turn on", || async {
@@ -206,4 +206,47 @@ async fn revoked_and_expired_tokens_stop_working_on_every_member() {
         .await
         .expect_err("a writer adds a user");
     assert!(refused.is_forbidden(), "{refused}");
+}
+
+/// The HTTP port acts as the token's user: the State API honours the
+/// user's grants, and the shared access token stops working once the
+/// cluster has users.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_port_acts_as_the_caller_with_its_grants() {
+    use serde_json::{json, Value};
+    let Secured { cluster, root, .. } = secured().await;
+    let issued = user_with(&root, "profiles", &["write:state:users"]).await;
+    let leader = cluster.wait_for_leader().await;
+    let address = cluster.kv_connect_url(leader).trim_start_matches("http://").to_owned();
+    let call = |token: &str, function: &str, body: Value| -> (u16, Value) {
+        let (status, text) = support::post(
+            &address,
+            &format!("/state/v1/{function}"),
+            Some(token),
+            "application/json",
+            body.to_string().as_bytes(),
+        );
+        (status, serde_json::from_str(text.trim()).unwrap_or(Value::String(text)))
+    };
+    let token = issued.token.0.clone();
+    let (status, body) = call(&token, "set", json!({ "scope": "users", "key": "u1", "value": 1 }));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(&token, "get", json!({ "scope": "users", "key": "u1" }));
+    assert_eq!((status, body), (200, json!(1)));
+    let (status, body) = call(&token, "set", json!({ "scope": "orders", "key": "o1", "value": 1 }));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("forbidden")),
+        "{body}"
+    );
+    let (status, body) = call(&token, "list_groups", json!({}));
+    assert_eq!((status, body), (200, json!({ "groups": ["users"] })));
+    let (status, _) = call(support::ACCESS_TOKEN, "get", json!({ "scope": "users", "key": "u1" }));
+    assert_eq!(status, 401, "the shared token still works with users");
+    root.auth().revoke_token(issued.id).await.expect("revoke");
+    wait_until("the HTTP port to refuse the revoked token", || async {
+        let (status, _) = call(&token, "get", json!({ "scope": "users", "key": "u1" }));
+        (status == 401).then_some(())
+    })
+    .await;
 }

@@ -118,3 +118,39 @@ async fn lode_dev_with_tls_makes_its_certificates_and_says_how_to_use_them() {
         "{printed}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lode_dev_with_auth_makes_a_root_token_and_refuses_anonymous_calls() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let base = free_base_port();
+    let endpoints: Vec<String> = (1..=3).map(|offset| format!("127.0.0.1:{}", base + offset)).collect();
+    let dev = start_dev_with(base, directory.path(), &["--auth"]);
+    let token_file = directory.path().join("root.token");
+    wait_until("lode dev to make its root token", || async {
+        token_file.exists().then_some(())
+    })
+    .await;
+    let text = std::fs::read_to_string(&token_file).expect("the root token");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&token_file).expect("metadata").permissions());
+    assert_eq!(mode & 0o077, 0, "the root token is readable by others: {mode:o}");
+    let options = lode_client::ClientOptions {
+        token: Some(lode_client::protocol::AccessToken(text.trim().to_owned())),
+        ..lode_client::ClientOptions::default()
+    };
+    let root = Client::with_options(endpoints.clone(), options).expect("client");
+    wait_until("lode dev to accept the root token's write", || async {
+        root.kv("dev").set("greeting").bytes("auth").send().await.ok()
+    })
+    .await;
+    let anonymous = Client::with_options(endpoints, lode_client::ClientOptions::default()).expect("client");
+    wait_until("an anonymous call to be refused", || async {
+        match anonymous.kv("dev").get("greeting").await {
+            Err(error) if error.is_unauthorized() => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    let printed = stop(dev);
+    assert!(printed.contains("LODE_TOKEN_FILE="), "{printed}");
+}

@@ -36,6 +36,26 @@ pub struct DevArguments {
     /// in DATA_DIR/tls.
     #[arg(long)]
     pub tls: bool,
+    /// Turn authentication on: a root token is made (once) in
+    /// DATA_DIR/root.token, and every client call needs a token.
+    #[arg(long)]
+    pub auth: bool,
+}
+
+/// The root token in `path`, made on first use.
+fn dev_root_token(path: &std::path::Path) -> Result<lode_types::auth::TokenParts, anyhow::Error> {
+    if !path.exists() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let token = lode_client::auth::new_token();
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        file.write_all(format!("{}\n", token.to_text()).as_bytes())?;
+    }
+    super::helpers::read_token_file(path).map_err(anyhow::Error::msg)
 }
 
 /// The CA and the members' certificate in `dir`, made on first use.
@@ -71,6 +91,13 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
     } else {
         None
     };
+    let root_token_path = arguments.data_dir.join("root.token");
+    let root_token = if arguments.auth {
+        std::fs::create_dir_all(&arguments.data_dir)?;
+        Some(dev_root_token(&root_token_path)?)
+    } else {
+        None
+    };
     let mut nodes = Vec::new();
     let mut http_ports = Vec::new();
     for (id, address) in &members {
@@ -85,10 +112,13 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
         };
         let mut config = NodeConfig::new(*id, advertise, data_dir, Membership::Bootstrap(founders.clone()));
         config.tls = tls.clone();
+        config.bootstrap_token = root_token.clone();
         let node = Node::start(config, listeners).await?;
         let http_address = port(100, *id);
-        let mut http_config = HttpConfig::new(node.address(), arguments.access_token.clone());
+        let access_token = lode_client::protocol::AccessToken(arguments.access_token.clone());
+        let mut http_config = HttpConfig::new(node.address(), Some(access_token));
         http_config.member_token = Some(node.member_token());
+        http_config.auth_enabled = Some(node.auth_probe());
         http_config.tls = tls.clone();
         let http = HttpServer::start(lode_client::facade::bind(&http_address).await?, http_config)?;
         http_ports.push(http);
@@ -109,6 +139,9 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
     println!("  export LODE_ENDPOINTS={endpoints}");
     if tls.is_some() {
         println!("  export LODE_TLS_CA={}", tls_dir.join("ca.pem").display());
+    }
+    if root_token.is_some() {
+        println!("  export LODE_TOKEN_FILE={}", root_token_path.display());
     }
     println!("  lode kv set config greeting hello");
     println!("  lode kv get config greeting");

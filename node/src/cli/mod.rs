@@ -116,15 +116,28 @@ pub struct NodeArguments {
     #[arg(long, default_value_t = lode_client::limits::CHANGE_BYTES_MAX_DEFAULT,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub change_log_bytes_max: u64,
-    /// Serve KV Connect (for `Deno.openKv` and `@deno/kv`), health,
-    /// readiness and metrics over HTTP on this address. Needs an access
-    /// token.
-    #[arg(long, requires = "access_token")]
+    /// Serve KV Connect (for `Deno.openKv` and `@deno/kv`), the State API,
+    /// health, readiness and metrics over HTTP on this address. Callers
+    /// present a user's token, or the shared access token while the cluster
+    /// has no user.
+    #[arg(long)]
     pub http: Option<String>,
-    /// The bearer token KV Connect clients present (Deno reads it from
-    /// `DENO_KV_ACCESS_TOKEN`).
-    #[arg(long, env = "LODE_ACCESS_TOKEN", hide_env_values = true)]
+    /// The `host:port` KV Connect's endpoint URLs name (defaults to --http).
+    #[arg(long, requires = "http")]
+    pub http_advertise: Option<String>,
+    /// The shared bearer token of the HTTP port (Deno reads it from
+    /// `DENO_KV_ACCESS_TOKEN`), accepted while the cluster has no user.
+    /// Prefer --access-token-file: a flag's value shows in `ps`.
+    #[arg(
+        long,
+        env = "LODE_ACCESS_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "access_token_file"
+    )]
     pub access_token: Option<String>,
+    /// A file holding the shared bearer token of the HTTP port.
+    #[arg(long, env = "LODE_ACCESS_TOKEN_FILE")]
+    pub access_token_file: Option<PathBuf>,
     #[command(flatten)]
     pub tls: NodeTlsArguments,
     /// The first admin's token (`lode auth new-token`): while the cluster
@@ -379,17 +392,20 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         config.bootstrap_token = Some(helpers::read_token_file(path).map_err(anyhow::Error::msg)?);
     }
     let node = Node::start(config, listeners).await?;
-    let http = match (http_listener, &arguments.access_token) {
-        (Some(listener), Some(token)) => {
-            let mut config = lode_node::http::HttpConfig::new(node.address(), token.clone());
+    let access_token = http_access_token(&arguments)?;
+    let http = match http_listener {
+        Some(listener) => {
+            let mut config = lode_node::http::HttpConfig::new(node.address(), access_token);
             config.member_token = Some(node.member_token());
+            config.auth_enabled = Some(node.auth_probe());
+            config.advertise = arguments.http_advertise.clone();
             config.tls = tls;
             config.connections_max = arguments.http_connections_max;
             config.tls_handshake_ms_max = milliseconds(arguments.tls_handshake_timeout);
             config.header_read_ms_max = milliseconds(arguments.http_header_timeout);
             Some(lode_node::http::HttpServer::start(listener, config)?)
         }
-        _ => None,
+        None => None,
     };
     stop.wait().await;
     tracing::info!("stop signal received; shutting down");
@@ -473,6 +489,32 @@ async fn run_cluster(command: ClusterCommand) -> Result<ExitCode, LodeError> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Most bytes of an access token file read.
+const ACCESS_TOKEN_FILE_BYTES_MAX: u64 = 4096;
+
+/// The HTTP port's shared token, from the flag or its file (trimmed).
+fn http_access_token(arguments: &NodeArguments) -> Result<Option<lode_client::protocol::AccessToken>, anyhow::Error> {
+    use std::io::Read;
+    let text = match (&arguments.access_token, &arguments.access_token_file) {
+        (Some(token), _) => token.clone(),
+        (None, Some(path)) => {
+            let mut text = String::new();
+            std::fs::File::open(path)
+                .map_err(|error| anyhow::anyhow!("access token file {}: {error}", path.display()))?
+                .take(ACCESS_TOKEN_FILE_BYTES_MAX)
+                .read_to_string(&mut text)
+                .map_err(|error| anyhow::anyhow!("access token file {}: {error}", path.display()))?;
+            text
+        }
+        (None, None) => return Ok(None),
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        anyhow::bail!("the HTTP access token is empty");
+    }
+    Ok(Some(lode_client::protocol::AccessToken(text.to_owned())))
 }
 
 pub async fn run(arguments: Arguments) -> ExitCode {

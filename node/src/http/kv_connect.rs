@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::extract::{Extension, Path, State};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use denokv_proto::datapath as pb;
 use lode_client::protocol::{Consistency, Query, QueryResult, ReadRequest, WriteRequest};
@@ -18,6 +18,7 @@ use lode_client::{Client, LodeError};
 use lode_types::DENO_NAMESPACE;
 use prost::Message;
 
+use super::caller::{Caller, Clients};
 use super::{deno, Gateway};
 
 /// Protocol versions this port speaks.
@@ -58,7 +59,7 @@ pub(super) struct Refusal {
 }
 
 impl Refusal {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(super) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
@@ -72,31 +73,11 @@ impl IntoResponse for Refusal {
     }
 }
 
-/// Checks the bearer token: 401 with a reason when it is missing or wrong.
-/// Run by the port's `require_token` layer for every route that needs it.
-pub(super) fn authorize(gateway: &Gateway, headers: &HeaderMap) -> Result<(), Refusal> {
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    match presented {
-        Some(token) if token == gateway.access_token => Ok(()),
-        Some(_) => Err(Refusal::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized: the access token is not valid",
-        )),
-        None => Err(Refusal::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized: send the access token as `Authorization: Bearer <token>`",
-        )),
-    }
-}
-
 /// A data path request that passed what every call checks: the token, the
 /// endpoint and the protobuf body.
-pub(super) struct Admitted<'a, M> {
-    /// The client the endpoint reads with.
-    pub client: &'a Client,
+pub(super) struct Admitted<M> {
+    /// The caller's clients.
+    pub clients: Arc<Clients>,
     pub consistency: Consistency,
     pub strong: bool,
     pub message: M,
@@ -104,33 +85,47 @@ pub(super) struct Admitted<'a, M> {
 
 /// Checks a data path request: the endpoint and the body (the token was
 /// checked before the body was read, by `require_token`).
-pub(super) fn admit<'a, M: Message + Default>(
-    gateway: &'a Gateway,
+pub(super) fn admit<M: Message + Default>(
+    gateway: &Gateway,
+    caller: &Caller,
     consistency: &str,
     body: &[u8],
-) -> Result<Admitted<'a, M>, Refusal> {
-    let (client, consistency, strong) = endpoint(gateway, consistency)?;
+) -> Result<Admitted<M>, Refusal> {
+    let (consistency, strong) = endpoint(consistency)?;
+    let clients = gateway
+        .callers
+        .clients(caller)
+        .map_err(|error| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, format!("unavailable, retry: {error}")))?;
     let message = M::decode(body).map_err(|error| {
         let what = std::any::type_name::<M>().rsplit("::").next().unwrap_or("request");
         Refusal::new(StatusCode::BAD_REQUEST, format!("invalid {what}: {error}"))
     })?;
     Ok(Admitted {
-        client,
+        clients,
         consistency,
         strong,
         message,
     })
 }
 
-/// Which client and consistency an endpoint reads with.
-fn endpoint<'a>(gateway: &'a Gateway, consistency: &str) -> Result<(&'a Client, Consistency, bool), Refusal> {
+/// The consistency an endpoint reads with, and whether it is strong.
+fn endpoint(consistency: &str) -> Result<(Consistency, bool), Refusal> {
     match consistency {
-        "strong" => Ok((&gateway.cluster, Consistency::Linearizable, true)),
-        "eventual" => Ok((&gateway.local, Consistency::Eventual, false)),
+        "strong" => Ok((Consistency::Linearizable, true)),
+        "eventual" => Ok((Consistency::Eventual, false)),
         other => Err(Refusal::new(
             StatusCode::NOT_FOUND,
             format!("no endpoint {other:?}: the endpoints are /kv/strong and /kv/eventual"),
         )),
+    }
+}
+
+/// The client of `clients` an endpoint reads with.
+pub(super) fn reading_client(clients: &Clients, strong: bool) -> &Client {
+    if strong {
+        &clients.cluster
+    } else {
+        &clients.local
     }
 }
 
@@ -191,11 +186,11 @@ fn negotiate(body: &[u8]) -> Result<u64, String> {
         .ok_or_else(|| format!("no protocol version in common: this server speaks {PROTOCOL_VERSIONS:?}"))
 }
 
-/// `POST /`: the metadata exchange.
+/// `POST /`: the metadata exchange. The endpoints are this member's
+/// advertised HTTP address, whatever the request's `Host` says.
 pub(super) async fn metadata_exchange(
     State(gateway): State<Arc<Gateway>>,
-    uri: Uri,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     body: Bytes,
 ) -> Response {
     gateway.counters.count("metadata");
@@ -203,27 +198,13 @@ pub(super) async fn metadata_exchange(
         Ok(version) => version,
         Err(message) => return text(StatusCode::BAD_REQUEST, message),
     };
-    // HTTP/1.1 names the host in a header, HTTP/2 in the URI's authority.
-    // Version 1 clients need absolute endpoint URLs; later ones resolve
-    // relative URLs against the URL they asked.
-    let host = uri
-        .authority()
-        .map(|authority| authority.as_str().to_owned())
-        .or_else(|| {
-            headers
-                .get(header::HOST)
-                .and_then(|host| host.to_str().ok())
-                .map(str::to_owned)
-        });
-    let base = match host {
-        Some(host) => format!("{}://{host}", gateway.scheme),
-        None if version >= 2 => String::new(),
-        None => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                "the request names no host (Host header or URI authority)",
-            )
-        }
+    let base = format!("{}://{}", gateway.scheme, gateway.advertise);
+    let token = match &caller {
+        Caller::Shared => gateway.callers.shared_token(),
+        Caller::User(token) => Some(token.clone()),
+    };
+    let Some(token) = token else {
+        return text(StatusCode::UNAUTHORIZED, "unauthorized: no token");
     };
     let expires_at = lode_client::facade::now_micros() / 1_000_000 + METADATA_TTL_SECONDS;
     let metadata = serde_json::json!({
@@ -233,7 +214,7 @@ pub(super) async fn metadata_exchange(
             { "url": format!("{base}/kv/strong"), "consistency": "strong" },
             { "url": format!("{base}/kv/eventual"), "consistency": "eventual" },
         ],
-        "token": gateway.access_token,
+        "token": token.0,
         "expiresAt": iso8601_utc(expires_at),
     });
     (
@@ -247,16 +228,17 @@ pub(super) async fn metadata_exchange(
 /// `POST /kv/{consistency}/snapshot_read`: every range from one view.
 pub(super) async fn snapshot_read(
     State(gateway): State<Arc<Gateway>>,
+    Extension(caller): Extension<Caller>,
     Path(consistency): Path<String>,
     body: Bytes,
 ) -> Response {
     gateway.counters.count("snapshot_read");
     let Admitted {
-        client,
+        clients,
         consistency,
         strong,
         message: read,
-    } = match admit::<pb::SnapshotRead>(&gateway, &consistency, &body) {
+    } = match admit::<pb::SnapshotRead>(&gateway, &caller, &consistency, &body) {
         Ok(admitted) => admitted,
         Err(refused) => return refused.into_response(),
     };
@@ -271,6 +253,7 @@ pub(super) async fn snapshot_read(
         },
         consistency,
     };
+    let client = reading_client(&clients, strong);
     let ranges = match client.read(request).await.map(|response| response.result) {
         Ok(QueryResult::Ranges(ranges)) => ranges,
         Ok(other) => {
@@ -298,12 +281,13 @@ pub(super) async fn snapshot_read(
 /// all or nothing, through the leader.
 pub(super) async fn atomic_write(
     State(gateway): State<Arc<Gateway>>,
+    Extension(caller): Extension<Caller>,
     Path(consistency): Path<String>,
     body: Bytes,
 ) -> Response {
     gateway.counters.count("atomic_write");
-    let write = match admit::<pb::AtomicWrite>(&gateway, &consistency, &body) {
-        Ok(admitted) => admitted.message,
+    let (write, clients) = match admit::<pb::AtomicWrite>(&gateway, &caller, &consistency, &body) {
+        Ok(admitted) => (admitted.message, admitted.clients),
         Err(refused) => return refused.into_response(),
     };
     let now_ms = lode_client::facade::now_micros() / 1000;
@@ -335,13 +319,13 @@ pub(super) async fn atomic_write(
             },
             consistency: Consistency::Linearizable,
         };
-        gateway.cluster.read(request).await.map(|response| response.position)
+        clients.cluster.read(request).await.map(|response| response.position)
     } else {
         let request = WriteRequest {
             op_id: lode_client::sdk::new_op_id(),
             operations,
         };
-        gateway.cluster.write(request).await.map(|response| response.position)
+        clients.cluster.write(request).await.map(|response| response.position)
     };
     let output = match outcome {
         Ok(position) => pb::AtomicWriteOutput {

@@ -48,7 +48,7 @@ pub(super) async fn health() -> Response {
 
 /// `GET /ready`: this member knows a leader.
 pub(super) async fn ready(State(gateway): State<Arc<Gateway>>) -> Response {
-    match gateway.local.node_status().await {
+    match gateway.callers.own().local.node_status().await {
         Ok(status) if status.leader.is_some() => text(
             StatusCode::OK,
             format!(
@@ -70,7 +70,7 @@ pub(super) async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
     let mut gauge = |name: &str, help: &str, value: u64| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
     };
-    if let Ok(status) = gateway.local.node_status().await {
+    if let Ok(status) = gateway.callers.own().local.node_status().await {
         gauge("lode_member_id", "This member's id.", status.answered_by);
         gauge("lode_raft_term", "The current Raft term.", status.term);
         gauge(

@@ -12,6 +12,7 @@
 //! must arrive within `header_read_ms_max`, and the token is checked before
 //! any body is read.
 
+mod caller;
 pub mod deno;
 mod kv_connect;
 mod metrics;
@@ -25,13 +26,14 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::Router;
 use lode_client::facade::{ByteStream, Listener};
-use lode_client::{Client, ClientOptions};
+use lode_client::ClientOptions;
 use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
 use crate::accept::{accept_loop, PortSettings, TlsPort};
 use crate::tls::MemberTls;
 
+pub use caller::AuthProbe;
 pub use metrics::Counters;
 
 /// Longest time a request's header may take to arrive.
@@ -42,8 +44,14 @@ pub const HEADER_READ_MS_MAX_DEFAULT: u64 = 10_000;
 pub struct HttpConfig {
     /// The client address of the node this port belongs to.
     pub node_address: String,
-    /// The bearer token KV Connect clients present.
-    pub access_token: String,
+    /// The shared bearer token (`--access-token`), accepted while the
+    /// cluster has no user; `None`: only users' tokens.
+    pub access_token: Option<lode_client::protocol::AccessToken>,
+    /// Whether the cluster has users; `None`: never.
+    pub auth_enabled: Option<AuthProbe>,
+    /// The `host:port` KV Connect's endpoint URLs name; `None`: the address
+    /// the port listens on.
+    pub advertise: Option<String>,
     /// HTTPS with the member's certificate; `None`: in the clear. The
     /// gateway's own client dials the node with the member's CA.
     pub tls: Option<Arc<MemberTls>>,
@@ -57,10 +65,12 @@ pub struct HttpConfig {
 
 impl HttpConfig {
     /// A port in the clear with the default limits.
-    pub fn new(node_address: impl Into<String>, access_token: impl Into<String>) -> Self {
+    pub fn new(node_address: impl Into<String>, access_token: Option<lode_client::protocol::AccessToken>) -> Self {
         Self {
             node_address: node_address.into(),
-            access_token: access_token.into(),
+            access_token,
+            auth_enabled: None,
+            advertise: None,
             tls: None,
             connections_max: crate::accept::HTTP_CONNECTIONS_MAX_DEFAULT,
             tls_handshake_ms_max: crate::accept::TLS_HANDSHAKE_MS_MAX_DEFAULT,
@@ -72,11 +82,10 @@ impl HttpConfig {
 
 /// State every handler shares.
 pub(crate) struct Gateway {
-    /// Writes and strong reads: follows the leader.
-    cluster: Client,
-    /// Eventual reads, watches, health: this member only.
-    local: Client,
-    access_token: String,
+    /// Who may call, and the clients that act for each caller.
+    callers: caller::Callers,
+    /// The `host:port` endpoint URLs name.
+    advertise: String,
     /// `https` when the port runs TLS, else `http`: the scheme of the
     /// endpoint URLs KV Connect hands out.
     scheme: &'static str,
@@ -95,7 +104,7 @@ pub struct HttpServer {
 impl HttpServer {
     /// Serves on `listener` until [`HttpServer::shutdown`].
     pub fn start(listener: Box<dyn Listener>, config: HttpConfig) -> Result<Self, anyhow::Error> {
-        if config.access_token.is_empty() {
+        if config.access_token.as_ref().is_some_and(|token| token.0.is_empty()) {
             anyhow::bail!("the KV Connect access token must not be empty");
         }
         let address = listener.local_addr()?;
@@ -105,13 +114,20 @@ impl HttpServer {
             token: config.member_token.clone(),
             ..ClientOptions::default()
         };
-        let cluster = Client::with_options([config.node_address.clone()], options.clone())?;
-        let local = Client::with_options([config.node_address.clone()], options)?;
+        let auth_enabled = config
+            .auth_enabled
+            .clone()
+            .unwrap_or_else(|| AuthProbe(Arc::new(|| false)));
+        let callers = caller::Callers::new(
+            config.node_address.clone(),
+            options,
+            config.access_token.clone(),
+            auth_enabled,
+        )?;
         let (stop, stopping) = signal::channel(false);
         let gateway = Arc::new(Gateway {
-            cluster,
-            local,
-            access_token: config.access_token,
+            callers,
+            advertise: config.advertise.clone().unwrap_or_else(|| address.to_string()),
             scheme: if config.tls.is_some() { "https" } else { "http" },
             stopping: stopping.clone(),
             counters: Counters::default(),
@@ -170,8 +186,12 @@ async fn require_token(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    match kv_connect::authorize(&gateway, request.headers()) {
-        Ok(()) => next.run(request).await,
+    let mut request = request;
+    match gateway.callers.identify(request.headers()) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
         Err(refusal) => refusal.into_response(),
     }
 }

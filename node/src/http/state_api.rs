@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use lode_client::state::UpdateOp;
@@ -19,6 +19,7 @@ use lode_client::LodeError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::caller::Caller;
 use super::Gateway;
 
 fn answer(status: StatusCode, body: Value) -> Response {
@@ -89,8 +90,16 @@ fn change(change: lode_client::state::StateChange) -> Response {
 }
 
 /// `POST /state/v1/{function}`.
-pub(super) async fn call(State(gateway): State<Arc<Gateway>>, Path(function): Path<String>, body: Bytes) -> Response {
-    let state = gateway.cluster.state();
+pub(super) async fn call(
+    State(gateway): State<Arc<Gateway>>,
+    Extension(caller): Extension<Caller>,
+    Path(function): Path<String>,
+    body: Bytes,
+) -> Response {
+    let state = match gateway.callers.clients(&caller) {
+        Ok(clients) => clients.cluster.state(),
+        Err(error) => return failure(error),
+    };
     let result = match function.as_str() {
         "set" => {
             let call: SetParameters = match parameters("set", &body) {
@@ -180,6 +189,7 @@ fn parse_position(text: &str) -> Result<(u64, u32), LodeError> {
 /// payload), from this member's change feed.
 pub(super) async fn triggers(
     State(gateway): State<Arc<Gateway>>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     axum::extract::Query(query): axum::extract::Query<TriggerQuery>,
 ) -> Response {
@@ -212,7 +222,11 @@ pub(super) async fn triggers(
             }
         });
     }
-    let mut trigger = gateway.local.state().trigger().after(after).kinds(kinds);
+    let clients = match gateway.callers.clients(&caller) {
+        Ok(clients) => clients,
+        Err(error) => return failure(error),
+    };
+    let mut trigger = clients.local.state().trigger().after(after).kinds(kinds);
     if let Some(scope) = query.scope {
         trigger = trigger.scope(scope);
     }

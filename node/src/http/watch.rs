@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use denokv_proto::datapath as pb;
@@ -26,6 +26,7 @@ use lode_types::limits::{KEY_BYTES_MAX, WATCHED_KEYS_MAX};
 use lode_types::DENO_NAMESPACE;
 use prost::Message;
 
+use super::caller::Caller;
 use super::kv_connect::{admit, failure, text, Admitted};
 use super::{deno, Gateway};
 
@@ -35,16 +36,17 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// `POST /kv/{consistency}/watch`.
 pub(super) async fn watch(
     State(gateway): State<Arc<Gateway>>,
+    Extension(caller): Extension<Caller>,
     Path(consistency): Path<String>,
     body: Bytes,
 ) -> Response {
     gateway.counters.count("watch");
     let Admitted {
-        client: first_reader,
+        clients,
         consistency,
+        strong,
         message: request,
-        ..
-    } = match admit::<pb::Watch>(&gateway, &consistency, &body) {
+    } = match admit::<pb::Watch>(&gateway, &caller, &consistency, &body) {
         Ok(admitted) => admitted,
         Err(refused) => return refused.into_response(),
     };
@@ -64,13 +66,14 @@ pub(super) async fn watch(
             format!("keys[{index}] is over the limit key_bytes_max = {KEY_BYTES_MAX}"),
         );
     }
+    let first_reader = super::kv_connect::reading_client(&clients, strong);
     let (entries, position) = match read_keys(first_reader, consistency, &keys).await {
         Ok(read) => read,
         Err(error) => return failure(error),
     };
     let watcher = Watcher {
-        local: gateway.local.clone(),
-        changes: gateway
+        local: clients.local.clone(),
+        changes: clients
             .local
             .changes((position, u32::MAX))
             .namespace_prefix(DENO_NAMESPACE),

@@ -133,6 +133,11 @@ impl TestCluster {
         Self::start_members(count, snapshot_logs_max, &[], true)
     }
 
+    /// [`Self::start_with_http`] with extra `lode node` flags.
+    pub fn start_with_http_and_flags(count: u64, snapshot_logs_max: u64, extra: &[&str]) -> Self {
+        Self::start_members(count, snapshot_logs_max, extra, true)
+    }
+
     /// Starts `count` founding members with TLS on every port (and HTTP
     /// ports), with certificates from `lode tls`.
     pub fn start_with_tls(count: u64, snapshot_logs_max: u64) -> Self {

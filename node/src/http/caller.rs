@@ -1,0 +1,158 @@
+//! Who calls the HTTP port, and the clients that act for them.
+//!
+//! A caller presents `Authorization: Bearer <token>`: a user's token
+//! (`lode_…`) makes the gateway act as that user, through clients that
+//! name the user to the node, which checks every call against the user's
+//! grants as it does on the client port; the port's shared access token
+//! (`--access-token`) acts with every grant, and only while the cluster has
+//! no user. The shared token is compared in constant time and never
+//! appears in `Debug` output, logs or answers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::http::{header, HeaderMap, StatusCode};
+use lode_client::protocol::AccessToken;
+use lode_client::{Client, ClientOptions};
+
+use super::kv_connect::Refusal;
+
+/// Users' clients kept at once; past it the oldest ones are dropped (and
+/// dialed again when their user calls).
+const USER_CLIENTS_MAX: usize = 1024;
+
+/// Whether the cluster has users (authentication on), as the node knows.
+#[derive(Clone)]
+pub struct AuthProbe(pub Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl std::fmt::Debug for AuthProbe {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("AuthProbe")
+    }
+}
+
+/// A request's caller, put in its extensions by the port's token check.
+#[derive(Clone, Debug)]
+pub enum Caller {
+    /// The shared access token, on a cluster without users.
+    Shared,
+    User(AccessToken),
+}
+
+/// The clients a caller's requests go through.
+pub struct Clients {
+    /// Writes and strong reads: follows the leader.
+    pub cluster: Client,
+    /// Eventual reads, watches, triggers: this member only.
+    pub local: Client,
+}
+
+/// The gateway's own clients and its users'.
+pub struct Callers {
+    shared_token: Option<AccessToken>,
+    auth_enabled: AuthProbe,
+    own: Arc<Clients>,
+    options: ClientOptions,
+    node_address: String,
+    users: Mutex<UserClients>,
+}
+
+/// Users' clients by token, and the tokens oldest first.
+#[derive(Default)]
+struct UserClients {
+    by_token: HashMap<String, Arc<Clients>>,
+    order: Vec<String>,
+}
+
+fn constant_time_equal(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |difference, (x, y)| difference | (x ^ y)) == 0
+}
+
+fn unauthorized(message: &str) -> Refusal {
+    Refusal::new(StatusCode::UNAUTHORIZED, format!("unauthorized: {message}"))
+}
+
+impl Callers {
+    pub fn new(
+        node_address: String,
+        options: ClientOptions,
+        shared_token: Option<AccessToken>,
+        auth_enabled: AuthProbe,
+    ) -> Result<Self, lode_client::LodeError> {
+        let own = Arc::new(Clients {
+            cluster: Client::with_options([node_address.clone()], options.clone())?,
+            local: Client::with_options([node_address.clone()], options.clone())?,
+        });
+        Ok(Self {
+            shared_token,
+            auth_enabled,
+            own,
+            options,
+            node_address,
+            users: Mutex::new(UserClients::default()),
+        })
+    }
+
+    /// The shared access token, if the port has one.
+    pub fn shared_token(&self) -> Option<AccessToken> {
+        self.shared_token.clone()
+    }
+
+    /// The gateway's own clients (health and metrics).
+    pub fn own(&self) -> &Clients {
+        &self.own
+    }
+
+    /// Names the caller of a request from its bearer token, before any body
+    /// is read. A user's token is checked by the node at its first call.
+    pub fn identify(&self, headers: &HeaderMap) -> Result<Caller, Refusal> {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .ok_or_else(|| unauthorized("send a token as `Authorization: Bearer <token>`"))?;
+        let users = (self.auth_enabled.0)();
+        if users && presented.starts_with("lode_") {
+            return Ok(Caller::User(AccessToken(presented.to_owned())));
+        }
+        match &self.shared_token {
+            Some(shared) if constant_time_equal(presented.as_bytes(), shared.0.as_bytes()) => {
+                if users {
+                    Err(unauthorized(
+                        "the shared access token is refused once the cluster has users; present a user's token",
+                    ))
+                } else {
+                    Ok(Caller::Shared)
+                }
+            }
+            _ => Err(unauthorized("the token is not valid")),
+        }
+    }
+
+    /// The clients that act for `caller`.
+    pub fn clients(&self, caller: &Caller) -> Result<Arc<Clients>, lode_client::LodeError> {
+        let token = match caller {
+            Caller::Shared => return Ok(self.own.clone()),
+            Caller::User(token) => token,
+        };
+        let mut users = self.users.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(clients) = users.by_token.get(&token.0) {
+            return Ok(clients.clone());
+        }
+        let options = ClientOptions {
+            token: Some(token.clone()),
+            ..self.options.clone()
+        };
+        let clients = Arc::new(Clients {
+            cluster: Client::with_options([self.node_address.clone()], options.clone())?,
+            local: Client::with_options([self.node_address.clone()], options)?,
+        });
+        if users.order.len() >= USER_CLIENTS_MAX {
+            let oldest = users.order.remove(0);
+            users.by_token.remove(&oldest);
+        }
+        users.order.push(token.0.clone());
+        users.by_token.insert(token.0.clone(), clients.clone());
+        Ok(clients)
+    }
+}
