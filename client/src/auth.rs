@@ -37,6 +37,12 @@ pub fn new_token() -> TokenParts {
     TokenParts { id, secret }
 }
 
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref());
+    out
+}
+
 impl Auth {
     pub(crate) fn new(client: Client) -> Self {
         Self { client }
@@ -85,9 +91,7 @@ impl Auth {
     /// The secret is made here and only its SHA-256 is sent.
     pub async fn issue_token(&self, user: &str, ttl: Option<Duration>) -> Result<IssuedToken, LodeError> {
         let parts = new_token();
-        let digest = ring::digest::digest(&ring::digest::SHA256, &parts.secret);
-        let mut secret_sha256 = [0u8; 32];
-        secret_sha256.copy_from_slice(digest.as_ref());
+        let secret_sha256 = sha256(&parts.secret);
         let expires_at_micros = ttl.map(|ttl| crate::facade::now_micros().saturating_add(duration_micros(ttl)));
         self.change(AuthChange::IssueToken {
             id: parts.id,
@@ -100,6 +104,35 @@ impl Auth {
             id: parts.id,
             token: AccessToken(parts.to_text()),
         })
+    }
+
+    /// Issues a session token derived from `parent` (whose secret proves
+    /// the caller holds it), valid for `ttl` or until the parent expires or
+    /// goes; answers it and when it expires (micros since the epoch).
+    pub async fn issue_session_token(
+        &self,
+        parent: &TokenParts,
+        ttl: Duration,
+    ) -> Result<(IssuedToken, u64), LodeError> {
+        let token = new_token();
+        let change = AuthChange::IssueSessionToken {
+            id: token.id,
+            parent: parent.id,
+            parent_secret_sha256: sha256(&parent.secret),
+            secret_sha256: sha256(&token.secret),
+            expires_at_micros: crate::facade::now_micros().saturating_add(duration_micros(ttl)),
+        };
+        change.validate().map_err(LodeError::Invalid)?;
+        match self.client.write_one(Operation::Auth { change }).await? {
+            OperationResult::SessionTokenIssued { expires_at_micros } => Ok((
+                IssuedToken {
+                    id: token.id,
+                    token: AccessToken(token.to_text()),
+                },
+                expires_at_micros,
+            )),
+            other => Err(crate::error::unexpected("a session token", &other)),
+        }
     }
 
     pub async fn revoke_token(&self, id: u128) -> Result<(), LodeError> {

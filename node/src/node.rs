@@ -481,6 +481,13 @@ async fn sweep_expired(shared: Arc<Shared>) {
             }),
             Err(error) => tracing::error!(%error, "reading the queue's claims failed"),
         }
+        // Tokens that expired or lost their user or parent.
+        if shared.auth.state().is_ok_and(|state| state.has_dead_tokens(now_micros)) {
+            let tokens_max = lode_types::limits::TOKENS_PRUNED_PER_CHANGE_MAX as u32;
+            operations.push(Operation::Auth {
+                change: lode_types::auth::AuthChange::PruneTokens { tokens_max },
+            });
+        }
         for operation in operations {
             if let Err(error) = shared.proposer.propose(None, vec![operation]).await {
                 tracing::debug!(%error, "sweep proposal failed; the next leader sweeps");
@@ -489,8 +496,6 @@ async fn sweep_expired(shared: Arc<Shared>) {
     }
 }
 
-/// Logs every change of term or leader once, at info level, and a stop of
-/// Raft at error level.
 /// The commands that create the first admin from the bootstrap token.
 fn bootstrap_operations(token: &lode_types::auth::TokenParts) -> Vec<Operation> {
     use lode_types::auth::{AuthChange, Grant, Permission};
@@ -556,6 +561,8 @@ async fn bootstrap_admin(shared: Arc<Shared>) {
     }
 }
 
+/// Logs every change of term or leader once, at info level, and a stop of
+/// Raft at error level.
 async fn report_leadership(shared: Arc<Shared>) {
     let mut metrics = shared.raft.metrics();
     let mut last = (0, None);

@@ -7,61 +7,9 @@
 
 mod support;
 
-use lode_client::auth::IssuedToken;
-use lode_client::protocol::{AccessToken, Operation, WriteRequest};
-use lode_client::{Client, ClientOptions, LodeError};
-use lode_types::auth::Grant;
-use support::{wait_until, TestCluster};
-
-struct Secured {
-    cluster: TestCluster,
-    root: Client,
-    _directory: tempfile::TempDir,
-}
-
-fn client_with(cluster: &TestCluster, endpoints: Vec<String>, token: &AccessToken) -> Client {
-    let options = ClientOptions {
-        token: Some(token.clone()),
-        ..cluster.options()
-    };
-    Client::with_options(endpoints, options).expect("client")
-}
-
-/// Three members (with HTTP ports) holding one bootstrap token; waits
-/// until authentication is on (an anonymous call is refused).
-async fn secured() -> Secured {
-    let directory = tempfile::tempdir().expect("temporary directory");
-    let root_token = lode_client::auth::new_token();
-    let path = directory.path().join("root.token");
-    std::fs::write(&path, root_token.to_text()).expect("token file");
-    let path = path.to_string_lossy().into_owned();
-    let cluster = TestCluster::start_with_http_and_flags(3, 10_000, &["--bootstrap-token-file", &path]);
-    cluster.wait_for_leader().await;
-    let anonymous = cluster.client();
-    wait_until("authentication to turn on", || async {
-        match anonymous.kv("config").get("k").await {
-            Err(error) if error.is_unauthorized() => Some(()),
-            _ => None,
-        }
-    })
-    .await;
-    let root = client_with(&cluster, cluster.endpoints(), &AccessToken(root_token.to_text()));
-    Secured {
-        cluster,
-        root,
-        _directory: directory,
-    }
-}
-
-/// A user holding one role of `grants`, and its token.
-async fn user_with(root: &Client, name: &str, grants: &[&str]) -> IssuedToken {
-    let auth = root.auth();
-    auth.put_user(name).await.expect("user");
-    let grants = grants.iter().map(|grant| Grant::parse(grant).expect("grant")).collect();
-    auth.put_role(name, grants).await.expect("role");
-    auth.bind_role(name, name).await.expect("bind");
-    auth.issue_token(name, None).await.expect("token")
-}
+use lode_client::protocol::{Operation, WriteRequest};
+use lode_client::LodeError;
+use support::{client_with, secured, user_with, wait_until, Secured};
 
 fn assert_forbidden(error: LodeError, namespace: &str) {
     match &error {

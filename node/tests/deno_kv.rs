@@ -533,3 +533,59 @@ async fn v8_sums_keep_within_their_bounds_or_clamp() {
     assert!(body.contains("cannot sum a number with a bigint"), "{body}");
     cluster.assert_no_errors();
 }
+
+/// A Deno client acts as the user whose token it holds: a grant on `deno`
+/// lets it write and read Deno KV, a user without one is refused, and so
+/// is the shared token once the cluster has users. The metadata exchange
+/// hands out a session token of its own, which dies with its parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deno_client_with_a_users_token_gets_that_users_grants() {
+    let support::Secured { cluster, root, .. } = support::secured().await;
+    let app = support::user_with(&root, "deno-app", &["write:deno"]).await;
+    let other = support::user_with(&root, "other", &["read:config"]).await;
+    let leader = cluster.wait_for_leader().await;
+    let deno_dir = tempfile::tempdir().expect("DENO_DIR");
+    let run_with = |token: &str| {
+        let mut command = deno_run(&cluster, leader, "user-token.ts", deno_dir.path());
+        command.env("DENO_KV_ACCESS_TOKEN", token);
+        command
+    };
+    let allowed = run_client(run_with(&app.token.0), "a Deno client with write:deno").await;
+    assert_eq!(allowed.trim(), "allowed");
+    let refused = run_client(run_with(&other.token.0), "a Deno client without a deno grant").await;
+    assert!(refused.starts_with("refused"), "{refused}");
+    let shared = run_client(run_with(ACCESS_TOKEN), "a Deno client with the shared token").await;
+    assert!(shared.starts_with("refused"), "{shared}");
+
+    let address = cluster.kv_connect_url(leader).trim_start_matches("http://").to_owned();
+    let (status, body) = post(
+        &address,
+        "/",
+        Some(&app.token.0),
+        "application/json",
+        br#"{"supportedVersions":[1,2,3]}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let metadata: serde_json::Value = serde_json::from_str(&body).expect("metadata JSON");
+    let session = metadata["token"].as_str().expect("a session token").to_owned();
+    assert!(
+        session.starts_with("lode_") && session != app.token.0,
+        "the credential came back"
+    );
+    let read = |token: &str| {
+        post_bytes(
+            &address,
+            "/kv/strong/snapshot_read",
+            Some(token),
+            "application/x-protobuf",
+            &[],
+        )
+        .0
+    };
+    assert_eq!(read(&session), 200, "the session token works");
+    root.auth().revoke_token(app.id).await.expect("revoke the parent");
+    support::wait_until("the session token to die with its parent", || async {
+        (read(&session) == 401).then_some(())
+    })
+    .await;
+}

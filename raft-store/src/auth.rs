@@ -32,6 +32,14 @@ pub struct TokenRecord {
     pub user: String,
     pub secret_sha256: [u8; 32],
     pub expires_at_micros: Option<u64>,
+    /// The token a session token was derived from; it dies with it.
+    pub parent: Option<u128>,
+}
+
+impl TokenRecord {
+    fn expired_at(&self, now_micros: u64) -> bool {
+        self.expires_at_micros.is_some_and(|expires| expires <= now_micros)
+    }
 }
 
 const USER: &[u8] = b"user\0";
@@ -153,12 +161,32 @@ impl AuthState {
         if !matches {
             return Err(TokenRefusal::Unknown);
         }
-        if record.expires_at_micros.is_some_and(|expires| expires <= now_micros) {
+        self.check_alive(record, now_micros)?;
+        Ok(&record.user)
+    }
+
+    /// Whether a stored token still works: unexpired, its user present and
+    /// its parent (for a session token) alive.
+    pub fn check_alive(&self, record: &TokenRecord, now_micros: u64) -> Result<(), TokenRefusal> {
+        if record.expired_at(now_micros) {
             return Err(TokenRefusal::Expired);
         }
         if !self.users.contains_key(&record.user) {
             return Err(TokenRefusal::UserRemoved);
         }
-        Ok(&record.user)
+        if let Some(parent) = record.parent {
+            let parent = self.tokens.get(&parent).ok_or(TokenRefusal::Unknown)?;
+            if parent.expired_at(now_micros) {
+                return Err(TokenRefusal::Expired);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether some token no longer works and waits to be pruned.
+    pub fn has_dead_tokens(&self, now_micros: u64) -> bool {
+        self.tokens
+            .values()
+            .any(|record| self.check_alive(record, now_micros).is_err())
     }
 }

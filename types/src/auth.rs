@@ -143,6 +143,23 @@ pub enum AuthChange {
     RevokeToken {
         id: u128,
     },
+    /// Stores a session token derived from token `parent`, whose secret's
+    /// SHA-256 the caller proved it knows: it names the parent's user,
+    /// works until `expires_at_micros` or the parent's expiry, whichever
+    /// comes first, and dies with its parent. KV Connect hands these out.
+    IssueSessionToken {
+        id: u128,
+        parent: u128,
+        parent_secret_sha256: [u8; 32],
+        secret_sha256: [u8; 32],
+        expires_at_micros: u64,
+    },
+    /// Removes up to `tokens_max` tokens that no longer work: expired, of a
+    /// removed user, or derived from a token that is gone. Proposed by the
+    /// leader.
+    PruneTokens {
+        tokens_max: u32,
+    },
 }
 
 fn check_name(what: &str, name: &str) -> Result<(), String> {
@@ -185,6 +202,19 @@ impl AuthChange {
             AuthChange::IssueToken { id: 0, .. } => Err("token id 0 is reserved for members' own use".to_owned()),
             AuthChange::IssueToken { user, .. } => check_name("user name", user),
             AuthChange::RevokeToken { .. } => Ok(()),
+            AuthChange::IssueSessionToken { id: 0, .. } => {
+                Err("token id 0 is reserved for members' own use".to_owned())
+            }
+            AuthChange::IssueSessionToken { .. } => Ok(()),
+            AuthChange::PruneTokens { tokens_max } => {
+                if *tokens_max == 0 || *tokens_max as usize > limits::TOKENS_PRUNED_PER_CHANGE_MAX {
+                    return Err(format!(
+                        "tokens_max must be 1 to tokens_pruned_per_change_max = {}",
+                        limits::TOKENS_PRUNED_PER_CHANGE_MAX
+                    ));
+                }
+                Ok(())
+            }
         }
     }
 
@@ -200,6 +230,8 @@ impl AuthChange {
             AuthChange::BindRole { user, role } | AuthChange::UnbindRole { user, role } => user.len() + role.len(),
             AuthChange::IssueToken { user, .. } => user.len() + 16 + 32 + 8,
             AuthChange::RevokeToken { .. } => 16,
+            AuthChange::IssueSessionToken { .. } => 16 + 16 + 32 + 32 + 8,
+            AuthChange::PruneTokens { .. } => 4,
         }
     }
 }

@@ -86,6 +86,10 @@ pub const GET_MANY_KEYS_MAX: usize = 1000;
 pub const AUTH_NAME_BYTES_MAX: usize = 64;
 /// Most grants one role holds.
 pub const GRANTS_PER_ROLE_MAX: usize = 100;
+/// Most dead tokens one prune removes.
+pub const TOKENS_PRUNED_PER_CHANGE_MAX: usize = 1000;
+/// Most token records one prune looks at.
+pub const TOKENS_EXAMINED_PER_PRUNE_MAX: usize = 10_000;
 /// Most roles one user holds.
 pub const ROLES_PER_USER_MAX: usize = 32;
 /// Most namespaces one listing returns.

@@ -97,4 +97,8 @@ pub enum OperationResult {
     },
     /// An auth change applied.
     AuthChanged,
+    /// A session token was stored; it works until this time.
+    SessionTokenIssued {
+        expires_at_micros: u64,
+    },
 }

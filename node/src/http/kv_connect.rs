@@ -13,8 +13,9 @@ use axum::extract::{Extension, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use denokv_proto::datapath as pb;
-use lode_client::protocol::{Consistency, Query, QueryResult, ReadRequest, WriteRequest};
+use lode_client::protocol::{AccessToken, Consistency, Query, QueryResult, ReadRequest, WriteRequest};
 use lode_client::{Client, LodeError};
+use lode_types::auth::TokenParts;
 use lode_types::DENO_NAMESPACE;
 use prost::Message;
 
@@ -186,6 +187,37 @@ fn negotiate(body: &[u8]) -> Result<u64, String> {
         .ok_or_else(|| format!("no protocol version in common: this server speaks {PROTOCOL_VERSIONS:?}"))
 }
 
+/// The token a KV Connect client uses after the metadata exchange, and
+/// when it expires (seconds since the epoch): for a user, a session token
+/// of its own, derived from the presented one and dying with it; on a
+/// cluster without users, the shared token.
+async fn session_token(gateway: &Gateway, caller: &Caller) -> Result<(AccessToken, u64), Response> {
+    let now_seconds = lode_client::facade::now_micros() / 1_000_000;
+    let presented = match caller {
+        Caller::Shared => {
+            let token = gateway.callers.shared_token();
+            let token = token.ok_or_else(|| text(StatusCode::UNAUTHORIZED, "unauthorized: no token"))?;
+            return Ok((token, now_seconds + METADATA_TTL_SECONDS));
+        }
+        Caller::User(token) => token,
+    };
+    let parent = TokenParts::parse(&presented.0)
+        .map_err(|message| text(StatusCode::UNAUTHORIZED, format!("unauthorized: {message}")))?;
+    let ttl = std::time::Duration::from_secs(METADATA_TTL_SECONDS);
+    match gateway
+        .callers
+        .own()
+        .cluster
+        .auth()
+        .issue_session_token(&parent, ttl)
+        .await
+    {
+        Ok((issued, expires_at_micros)) => Ok((issued.token, expires_at_micros / 1_000_000)),
+        Err(LodeError::NotFound(_)) => Err(text(StatusCode::UNAUTHORIZED, "unauthorized: the token is not valid")),
+        Err(error) => Err(failure(error)),
+    }
+}
+
 /// `POST /`: the metadata exchange. The endpoints are this member's
 /// advertised HTTP address, whatever the request's `Host` says.
 pub(super) async fn metadata_exchange(
@@ -199,14 +231,10 @@ pub(super) async fn metadata_exchange(
         Err(message) => return text(StatusCode::BAD_REQUEST, message),
     };
     let base = format!("{}://{}", gateway.scheme, gateway.advertise);
-    let token = match &caller {
-        Caller::Shared => gateway.callers.shared_token(),
-        Caller::User(token) => Some(token.clone()),
+    let (token, expires_at) = match session_token(&gateway, &caller).await {
+        Ok(issued) => issued,
+        Err(response) => return response,
     };
-    let Some(token) = token else {
-        return text(StatusCode::UNAUTHORIZED, "unauthorized: no token");
-    };
-    let expires_at = lode_client::facade::now_micros() / 1_000_000 + METADATA_TTL_SECONDS;
     let metadata = serde_json::json!({
         "version": version,
         "databaseId": DATABASE_ID,

@@ -527,3 +527,63 @@ pub fn post(address: &str, path: &str, token: Option<&str>, content_type: &str, 
     let (status, body) = post_bytes(address, path, token, content_type, body);
     (status, String::from_utf8_lossy(&body).into_owned())
 }
+
+/// A cluster started with a bootstrap token, and an admin client holding it.
+pub struct Secured {
+    pub cluster: TestCluster,
+    pub root: Client,
+    pub _directory: tempfile::TempDir,
+}
+
+/// A client of `endpoints` that presents `token`.
+pub fn client_with(
+    cluster: &TestCluster,
+    endpoints: Vec<String>,
+    token: &lode_client::protocol::AccessToken,
+) -> Client {
+    let options = ClientOptions {
+        token: Some(token.clone()),
+        ..cluster.options()
+    };
+    Client::with_options(endpoints, options).expect("client")
+}
+
+/// Three members (with HTTP ports) holding one bootstrap token; waits
+/// until authentication is on (an anonymous call is refused).
+pub async fn secured() -> Secured {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let root_token = lode_client::auth::new_token();
+    let path = directory.path().join("root.token");
+    std::fs::write(&path, root_token.to_text()).expect("token file");
+    let path = path.to_string_lossy().into_owned();
+    let cluster = TestCluster::start_with_http_and_flags(3, 10_000, &["--bootstrap-token-file", &path]);
+    cluster.wait_for_leader().await;
+    let anonymous = cluster.client();
+    wait_until("authentication to turn on", || async {
+        match anonymous.kv("config").get("k").await {
+            Err(error) if error.is_unauthorized() => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    let root_token = lode_client::protocol::AccessToken(root_token.to_text());
+    let root = client_with(&cluster, cluster.endpoints(), &root_token);
+    Secured {
+        cluster,
+        root,
+        _directory: directory,
+    }
+}
+
+/// A user holding one role (of its own name) with `grants`, and its token.
+pub async fn user_with(root: &Client, name: &str, grants: &[&str]) -> lode_client::auth::IssuedToken {
+    let auth = root.auth();
+    auth.put_user(name).await.expect("user");
+    let grants = grants
+        .iter()
+        .map(|grant| lode_types::auth::Grant::parse(grant).expect("grant"))
+        .collect();
+    auth.put_role(name, grants).await.expect("role");
+    auth.bind_role(name, name).await.expect("bind");
+    auth.issue_token(name, None).await.expect("token")
+}

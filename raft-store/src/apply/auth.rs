@@ -79,10 +79,25 @@ pub(super) fn apply<E: Engine>(context: &mut ApplyContext<'_, E>, change: &AuthC
                 user: user.clone(),
                 secret_sha256: *secret_sha256,
                 expires_at_micros: *expires_at_micros,
+                parent: None,
             };
             write(context, token_key(*id), "token record", &record)?;
             done()
         }
+        AuthChange::IssueSessionToken {
+            id,
+            parent,
+            parent_secret_sha256,
+            secret_sha256,
+            expires_at_micros,
+        } => issue_session_token(
+            context,
+            *id,
+            *parent,
+            (parent_secret_sha256, secret_sha256),
+            *expires_at_micros,
+        ),
+        AuthChange::PruneTokens { tokens_max } => prune_tokens(context, *tokens_max),
         AuthChange::RevokeToken { id } => match context.remove(token_key(*id))? {
             Some(_) => done(),
             None => not_found("token", &format!("{id:032x}")),
@@ -109,5 +124,63 @@ fn bind<E: Engine>(context: &mut ApplyContext<'_, E>, user: &str, role: &str, bo
         record.roles.remove(role);
     }
     write(context, user_key(user), "user record", &record)?;
+    done()
+}
+
+/// A session token of the parent's user, if the parent is a live user
+/// token whose secret the caller knows; every refusal reads the same, so
+/// it tells a guesser nothing.
+fn issue_session_token<E: Engine>(
+    context: &mut ApplyContext<'_, E>,
+    id: u128,
+    parent_id: u128,
+    (parent_secret_sha256, secret_sha256): (&[u8; 32], &[u8; 32]),
+    expires_at_micros: u64,
+) -> Applied {
+    let now_micros = context.now_micros();
+    let parent = read::<E, TokenRecord>(context, &token_key(parent_id), "token record")?;
+    let usable = parent.filter(|parent| {
+        parent.secret_sha256 == *parent_secret_sha256
+            && parent.parent.is_none()
+            && parent.expires_at_micros.is_none_or(|expires| expires > now_micros)
+    });
+    let Some(parent) = usable else {
+        return not_found("token", &format!("{parent_id:032x}"));
+    };
+    if read::<E, UserRecord>(context, &user_key(&parent.user), "user record")?.is_none() {
+        return not_found("token", &format!("{parent_id:032x}"));
+    }
+    if context.get(&token_key(id))?.is_some() {
+        return Ok(Err(Rejection::Invalid(format!("a token with id {id:032x} exists"))));
+    }
+    let expires_at_micros = parent
+        .expires_at_micros
+        .map_or(expires_at_micros, |parent_expiry| parent_expiry.min(expires_at_micros));
+    let record = TokenRecord {
+        user: parent.user,
+        secret_sha256: *secret_sha256,
+        expires_at_micros: Some(expires_at_micros),
+        parent: Some(parent_id),
+    };
+    write(context, token_key(id), "token record", &record)?;
+    Ok(Ok(OperationResult::SessionTokenIssued { expires_at_micros }))
+}
+
+/// Removes up to `tokens_max` tokens that no longer work. Auth changes are
+/// proposed alone, so the stored state is the whole state here.
+fn prune_tokens<E: Engine>(context: &mut ApplyContext<'_, E>, tokens_max: u32) -> Applied {
+    let state = crate::auth::AuthState::load(context.engine())?;
+    let now_micros = context.now_micros();
+    let dead: Vec<u128> = state
+        .tokens
+        .iter()
+        .take(lode_types::limits::TOKENS_EXAMINED_PER_PRUNE_MAX)
+        .filter(|(_, record)| state.check_alive(record, now_micros).is_err())
+        .map(|(id, _)| *id)
+        .take(tokens_max as usize)
+        .collect();
+    for id in dead {
+        context.remove(token_key(id))?;
+    }
     done()
 }

@@ -1,0 +1,142 @@
+//! The auth state through the state machine: users, roles and tokens as
+//! the log changes them, session tokens that prove their parent and die
+//! with it, and pruning of tokens that no longer work.
+
+use std::sync::Arc;
+
+use lode_raft_store::auth::TokenRefusal;
+use lode_raft_store::command::{Command, CommandV1, Operation, OperationResult, Proposal, Rejection};
+use lode_raft_store::{MemoryEngine, StateMachineStore, TypeConfig};
+use lode_types::auth::{AuthChange, Grant, Permission};
+use openraft::storage::RaftStateMachine;
+use openraft::testing::log_id;
+use openraft::{Entry, EntryPayload};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref());
+    out
+}
+
+struct Store {
+    state: StateMachineStore<MemoryEngine>,
+    index: u64,
+}
+
+impl Store {
+    async fn apply(
+        &mut self,
+        time_micros: u64,
+        change: AuthChange,
+    ) -> Result<Result<OperationResult, Rejection>, Box<dyn std::error::Error>> {
+        self.index += 1;
+        let entry = Entry::<TypeConfig> {
+            log_id: log_id(1, 1, self.index),
+            payload: EntryPayload::Normal(Proposal::single(Command::V1(CommandV1 {
+                op_id: None,
+                time_micros,
+                operations: vec![Operation::Auth { change }],
+            }))),
+        };
+        let outcome = self.state.apply([entry]).await?.remove(0).outcomes.remove(0);
+        Ok(outcome.result.map(|mut results| results.remove(0)))
+    }
+}
+
+#[tokio::test]
+async fn tokens_name_users_through_roles_and_stop_when_revoked_expired_or_orphaned() -> TestResult {
+    let mut store = Store {
+        state: StateMachineStore::open(Arc::new(MemoryEngine::new()))?,
+        index: 0,
+    };
+    let reader = store.state.reader();
+    let version_before = reader.auth_version();
+    store.apply(1, AuthChange::PutUser { name: "app".to_owned() }).await??;
+    assert_ne!(
+        reader.auth_version(),
+        version_before,
+        "an auth change moves the version"
+    );
+    let grants = vec![Grant {
+        prefix: "config".to_owned(),
+        permission: Permission::Read,
+    }];
+    store
+        .apply(
+            2,
+            AuthChange::PutRole {
+                name: "reader".to_owned(),
+                grants: grants.clone(),
+            },
+        )
+        .await??;
+    store
+        .apply(
+            3,
+            AuthChange::BindRole {
+                user: "app".to_owned(),
+                role: "reader".to_owned(),
+            },
+        )
+        .await??;
+    let secret = [5u8; 32];
+    let issue = AuthChange::IssueToken {
+        id: 7,
+        user: "app".to_owned(),
+        secret_sha256: sha256(&secret),
+        expires_at_micros: Some(10_000),
+    };
+    store.apply(4, issue).await??;
+    let state = reader.auth_state()?;
+    assert_eq!(state.user_of_token(7, &secret, 5), Ok("app"));
+    assert_eq!(state.grants_of("app"), grants);
+    assert_eq!(state.user_of_token(7, &[6u8; 32], 5), Err(TokenRefusal::Unknown));
+    assert_eq!(state.user_of_token(7, &secret, 10_000), Err(TokenRefusal::Expired));
+
+    // A session token needs the parent's secret, and lives no longer.
+    let session = |parent_secret: &[u8; 32], id| AuthChange::IssueSessionToken {
+        id,
+        parent: 7,
+        parent_secret_sha256: sha256(parent_secret),
+        secret_sha256: sha256(&[9u8; 32]),
+        expires_at_micros: 50_000,
+    };
+    let refused = store.apply(5, session(&[6u8; 32], 8)).await?;
+    assert!(matches!(refused, Err(Rejection::NotFound(_))), "{refused:?}");
+    let issued = store.apply(6, session(&secret, 8)).await??;
+    assert_eq!(
+        issued,
+        OperationResult::SessionTokenIssued {
+            expires_at_micros: 10_000
+        }
+    );
+    assert_eq!(reader.auth_state()?.user_of_token(8, &[9u8; 32], 7), Ok("app"));
+
+    // Revoking the parent ends the session token; a prune removes both.
+    store.apply(7, AuthChange::RevokeToken { id: 7 }).await??;
+    let state = reader.auth_state()?;
+    assert_eq!(state.user_of_token(8, &[9u8; 32], 8), Err(TokenRefusal::Unknown));
+    assert!(state.has_dead_tokens(8));
+    store.apply(9, AuthChange::PruneTokens { tokens_max: 10 }).await??;
+    let state = reader.auth_state()?;
+    assert!(state.tokens.is_empty(), "{:?}", state.tokens.keys().collect::<Vec<_>>());
+    assert!(!state.has_dead_tokens(9));
+
+    // Removing a user stops its tokens; binding to it fails.
+    store
+        .apply(10, AuthChange::RemoveUser { name: "app".to_owned() })
+        .await??;
+    let bind = store
+        .apply(
+            11,
+            AuthChange::BindRole {
+                user: "app".to_owned(),
+                role: "reader".to_owned(),
+            },
+        )
+        .await?;
+    assert!(matches!(bind, Err(Rejection::NotFound(_))), "{bind:?}");
+    Ok(())
+}
