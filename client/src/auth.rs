@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lode_types::auth::{AuthChange, Grant, TokenParts};
+use lode_types::auth::{sha256, AuthChange, Grant, TokenParts};
 
 use crate::protocol::{AccessToken, Operation, OperationResult};
 use crate::sdk::{duration_micros, Client};
@@ -35,12 +35,6 @@ pub fn new_token() -> TokenParts {
         }
     };
     TokenParts { id, secret }
-}
-
-fn sha256(bytes: &[u8]) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref());
-    out
 }
 
 impl Auth {

@@ -12,7 +12,7 @@ use lode_client::protocol::{AccessToken, ChangeEvent, Query};
 use lode_client::LodeError;
 use lode_raft_store::auth::{AuthState, TokenRefusal};
 use lode_raft_store::{SelectedEngine, StateReader};
-use lode_types::auth::{is_cluster_admin, permits, Grant, TokenParts};
+use lode_types::auth::{constant_time_equal, is_cluster_admin, permits, Grant, TokenParts};
 use lode_types::{Access, Operation};
 
 /// The id a member's own gateway presents; no issued token has it.
@@ -140,13 +140,6 @@ fn user_of<'s>(state: &'s AuthState, parts: &TokenParts, now_micros: u64) -> Res
             tracing::info!(token = format!("{:032x}", parts.id), reason, "a token was refused");
             LodeError::Unauthorized
         })
-}
-
-fn constant_time_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter()
-        .zip(b.iter())
-        .fold(0u8, |difference, (x, y)| difference | (x ^ y))
-        == 0
 }
 
 fn access_name(access: Access) -> &'static str {

@@ -499,9 +499,7 @@ async fn sweep_expired(shared: Arc<Shared>) {
 /// The commands that create the first admin from the bootstrap token.
 fn bootstrap_operations(token: &lode_types::auth::TokenParts) -> Vec<Operation> {
     use lode_types::auth::{AuthChange, Grant, Permission};
-    let digest = ring::digest::digest(&ring::digest::SHA256, &token.secret);
-    let mut secret_sha256 = [0u8; 32];
-    secret_sha256.copy_from_slice(digest.as_ref());
+    let secret_sha256 = lode_types::auth::sha256(&token.secret);
     let root = || "root".to_owned();
     [
         AuthChange::PutUser { name: root() },

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use lode_types::auth::{Grant, AUTH_NAMESPACE};
+use lode_types::auth::{constant_time_equal, sha256, Grant, AUTH_NAMESPACE};
 
 use crate::engine::{Engine, Space};
 use crate::entry::StoredEntry;
@@ -151,14 +151,7 @@ impl AuthState {
     /// the stored one (compared in constant time).
     pub fn user_of_token(&self, id: u128, secret: &[u8; 32], now_micros: u64) -> Result<&str, TokenRefusal> {
         let record = self.tokens.get(&id).ok_or(TokenRefusal::Unknown)?;
-        let digest = ring::digest::digest(&ring::digest::SHA256, secret);
-        let matches = digest
-            .as_ref()
-            .iter()
-            .zip(record.secret_sha256.iter())
-            .fold(0u8, |difference, (a, b)| difference | (a ^ b))
-            == 0;
-        if !matches {
+        if !constant_time_equal(&sha256(secret), &record.secret_sha256) {
             return Err(TokenRefusal::Unknown);
         }
         self.check_alive(record, now_micros)?;

@@ -7,18 +7,12 @@ use std::sync::Arc;
 use lode_raft_store::auth::TokenRefusal;
 use lode_raft_store::command::{Command, CommandV1, Operation, OperationResult, Proposal, Rejection};
 use lode_raft_store::{MemoryEngine, StateMachineStore, TypeConfig};
-use lode_types::auth::{AuthChange, Grant, Permission};
+use lode_types::auth::{sha256, AuthChange, Grant, Permission};
 use openraft::storage::RaftStateMachine;
 use openraft::testing::log_id;
 use openraft::{Entry, EntryPayload};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-fn sha256(bytes: &[u8]) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref());
-    out
-}
 
 struct Store {
     state: StateMachineStore<MemoryEngine>,

@@ -236,6 +236,19 @@ impl AuthChange {
     }
 }
 
+/// SHA-256 of a secret: what the auth state stores of a token.
+pub fn sha256(secret: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, secret).as_ref());
+    out
+}
+
+/// Whether two secrets (or their hashes) are equal, in time that depends
+/// on their length only.
+pub fn constant_time_equal(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |difference, (x, y)| difference | (x ^ y)) == 0
+}
+
 /// A token split into its id and secret, as a caller presents it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TokenParts {

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use axum::http::{header, HeaderMap, StatusCode};
 use lode_client::protocol::AccessToken;
 use lode_client::{Client, ClientOptions};
+use lode_types::auth::constant_time_equal;
 
 use super::kv_connect::Refusal;
 
@@ -62,10 +63,6 @@ pub struct Callers {
 struct UserClients {
     by_token: HashMap<String, Arc<Clients>>,
     order: Vec<String>,
-}
-
-fn constant_time_equal(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |difference, (x, y)| difference | (x ^ y)) == 0
 }
 
 fn unauthorized(message: &str) -> Refusal {
