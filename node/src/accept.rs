@@ -53,15 +53,16 @@ pub struct PortSettings {
 }
 
 /// Accepts connections until `stop` turns true, and runs `serve` on each
-/// (after its handshake) in a task of its own; `serve` is handed `stop` to
-/// end the connection as it sees fit.
+/// (after its handshake) in a task of its own; `serve` is handed the common
+/// name of the client's certificate, if it presented one, and `stop` to end
+/// the connection as it sees fit.
 pub async fn accept_loop<F, Fut>(
     listener: Box<dyn Listener>,
     settings: PortSettings,
     mut stop: watch::Receiver<bool>,
     serve: F,
 ) where
-    F: Fn(Box<dyn ByteStream>, watch::Receiver<bool>) -> Fut + Send + Sync + 'static,
+    F: Fn(Box<dyn ByteStream>, Option<String>, watch::Receiver<bool>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let serve = Arc::new(serve);
@@ -92,8 +93,8 @@ pub async fn accept_loop<F, Fut>(
         let stop_connection = stop.clone();
         let connection = async move {
             let _permit = permit;
-            if let Some(stream) = handshake(stream, &settings).await {
-                serve(stream, stop_connection).await;
+            if let Some((stream, name)) = handshake(stream, &settings).await {
+                serve(stream, name, stop_connection).await;
             }
         };
         tokio::spawn(connection.in_current_span());
@@ -102,9 +103,12 @@ pub async fn accept_loop<F, Fut>(
 
 /// The stream to serve: as accepted, or after a TLS handshake within the
 /// time limit (and, on the peer port, a certificate for an allowed name).
-async fn handshake(stream: Box<dyn ByteStream>, settings: &PortSettings) -> Option<Box<dyn ByteStream>> {
+async fn handshake(
+    stream: Box<dyn ByteStream>,
+    settings: &PortSettings,
+) -> Option<(Box<dyn ByteStream>, Option<String>)> {
     let Some((tls, port)) = &settings.tls else {
-        return Some(stream);
+        return Some((stream, None));
     };
     let config = match port {
         TlsPort::Peer => tls.peer_server(),
@@ -129,5 +133,19 @@ async fn handshake(stream: Box<dyn ByteStream>, settings: &PortSettings) -> Opti
             return None;
         }
     }
-    Some(Box::new(stream))
+    let name = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(|certificate| common_name(certificate));
+    Some((Box::new(stream), name))
+}
+
+/// The subject's common name of a certificate the handshake verified
+/// against the cluster CA: the user a client certificate names.
+fn common_name(certificate: &[u8]) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(certificate).ok()?;
+    let name = parsed.subject().iter_common_name().next()?.as_str().ok()?.to_owned();
+    Some(name)
 }

@@ -4,7 +4,9 @@
 //! proposed or read. A cluster with no user lets every caller do
 //! everything; the peer port is the members' own (mutually authenticated
 //! when TLS is on) and is trusted, and so is the member's own HTTP gateway,
-//! which names itself by a secret only this process knows.
+//! which names itself by a secret only this process knows. On the client
+//! port a certificate signed by the cluster CA names the user of its
+//! common name, as etcd does.
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -22,6 +24,9 @@ pub const MEMBER_TOKEN_ID: u128 = 0;
 #[derive(Clone, Debug)]
 pub enum Credential {
     Token(TokenParts),
+    /// A client certificate, signed by the cluster CA, whose common name
+    /// is this user's.
+    Certificate(String),
     /// The member itself (its HTTP gateway, in this process).
     Member,
 }
@@ -120,11 +125,16 @@ impl AuthCache {
         if !state.is_enabled() {
             return Ok(Allowed::Everything);
         }
-        let Some(Credential::Token(parts)) = credential else {
-            return Err(LodeError::Unauthorized);
-        };
-        let user = user_of(&state, &parts, now_micros)?;
-        Ok(Allowed::Grants(state.grants_of(user)))
+        match credential {
+            Some(Credential::Token(parts)) => {
+                let user = user_of(&state, &parts, now_micros)?;
+                Ok(Allowed::Grants(state.grants_of(user)))
+            }
+            Some(Credential::Certificate(user)) if state.users.contains_key(&user) => {
+                Ok(Allowed::Grants(state.grants_of(&user)))
+            }
+            _ => Err(LodeError::Unauthorized),
+        }
     }
 }
 

@@ -251,11 +251,16 @@ async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, sto
         frame_bytes_max,
         idle: Duration::from_millis(config.connection_idle_ms_max),
     };
-    let serve_one = move |stream, mut stop: watch::Receiver<bool>| {
+    let serve_one = move |stream, certificate_name: Option<String>, mut stop: watch::Receiver<bool>| {
+        // On the client port a certificate's common name names its user
+        // (a token sent later takes its place).
+        let credential = certificate_name
+            .filter(|_| port == Port::Client)
+            .map(crate::auth::Credential::Certificate);
         let service = NodeService {
             shared: shared.clone(),
             port,
-            caller: crate::auth::CallerSlot::default(),
+            caller: Arc::new(std::sync::Mutex::new(credential)),
         }
         .serve();
         let handler: rpc::Handler<LodeServiceRequest, LodeServiceResponse> = Arc::new(move |request| {

@@ -198,3 +198,66 @@ async fn the_http_port_acts_as_the_caller_with_its_grants() {
     })
     .await;
 }
+
+/// On the client port a certificate signed by the cluster CA names the
+/// user of its common name, as etcd does: that user's grants apply with no
+/// token, and a certificate naming no user is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_names_the_user_of_its_common_name() {
+    use lode_client::tls::ClientTls;
+    use lode_client::{Client, ClientOptions};
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let root_token = lode_client::auth::new_token();
+    let path = directory.path().join("root.token");
+    std::fs::write(&path, root_token.to_text()).expect("token file");
+    let path = path.to_string_lossy().into_owned();
+    let cluster = support::TestCluster::start_with_tls_and_flags(3, 10_000, &["--bootstrap-token-file", &path]);
+    cluster.wait_for_leader().await;
+    let root_token = lode_client::protocol::AccessToken(root_token.to_text());
+    let root = client_with(&cluster, cluster.endpoints(), &root_token);
+    wait_until("the bootstrap admin", || async {
+        root.kv("config").set("k").bytes("v").send().await.ok()
+    })
+    .await;
+    // `make_certificates` issues `client` (common name "client") and `member`.
+    user_with(&root, "client", &["read:config"]).await;
+    let tls_dir = cluster.tls_dir.clone().expect("a TLS cluster");
+    let with_certificate = |name: &str| {
+        let identity = (
+            tls_dir.join(format!("{name}.pem")),
+            tls_dir.join(format!("{name}-key.pem")),
+        );
+        let tls = ClientTls::from_files(
+            &tls_dir.join("ca.pem"),
+            Some((identity.0.as_path(), identity.1.as_path())),
+        )
+        .expect("client TLS");
+        let options = ClientOptions {
+            tls: Some(tls),
+            ..ClientOptions::default()
+        };
+        Client::with_options(cluster.endpoints(), options).expect("client")
+    };
+    let client = with_certificate("client");
+    let entry = client
+        .kv("config")
+        .get("k")
+        .await
+        .expect("the certificate's user reads config");
+    assert_eq!(entry, Some(b"v".to_vec()));
+    let refused = client
+        .kv("config")
+        .set("k")
+        .bytes("mine")
+        .send()
+        .await
+        .expect_err("a write");
+    assert!(refused.is_forbidden(), "{refused}");
+    let nobody = with_certificate("member");
+    let refused = nobody
+        .kv("config")
+        .get("k")
+        .await
+        .expect_err("a certificate naming no user");
+    assert!(refused.is_unauthorized(), "{refused}");
+}

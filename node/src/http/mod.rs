@@ -156,9 +156,10 @@ impl HttpServer {
             name: "http",
         };
         let header_read = Duration::from_millis(config.header_read_ms_max);
-        let serve_one = move |stream: Box<dyn ByteStream>, stop: signal::Receiver<bool>| {
-            serve_connection(stream, router.clone(), header_read, stop)
-        };
+        let serve_one =
+            move |stream: Box<dyn ByteStream>, _certificate_name: Option<String>, stop: signal::Receiver<bool>| {
+                serve_connection(stream, router.clone(), header_read, stop)
+            };
         let task = tokio::spawn(accept_loop(listener, settings, stopping, serve_one));
         tracing::info!(%address, "HTTP port serving KV Connect, health and metrics");
         Ok(Self { address, stop, task })

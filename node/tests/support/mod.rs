@@ -141,11 +141,17 @@ impl TestCluster {
     /// Starts `count` founding members with TLS on every port (and HTTP
     /// ports), with certificates from `lode tls`.
     pub fn start_with_tls(count: u64, snapshot_logs_max: u64) -> Self {
+        Self::start_with_tls_and_flags(count, snapshot_logs_max, &[])
+    }
+
+    /// [`Self::start_with_tls`] with extra `lode node` flags.
+    pub fn start_with_tls_and_flags(count: u64, snapshot_logs_max: u64, extra: &[&str]) -> Self {
         let directory = tempfile::tempdir().expect("temp dir");
         let tls_dir = directory.path().join("tls");
         make_certificates(&tls_dir);
         let flags = tls_flags(&tls_dir);
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        flags.extend_from_slice(extra);
         let mut cluster = Self::start_in(directory, count, snapshot_logs_max, &flags, true);
         cluster.common_flags = flags.iter().map(|flag| (*flag).to_owned()).collect();
         cluster.tls_dir = Some(tls_dir);
