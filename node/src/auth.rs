@@ -147,7 +147,9 @@ fn user_of<'s>(state: &'s AuthState, parts: &TokenParts, now_micros: u64) -> Res
                 TokenRefusal::Expired => "expired",
                 TokenRefusal::UserRemoved => "of a removed user",
             };
-            tracing::info!(token = format!("{:032x}", parts.id), reason, "a token was refused");
+            // Debug, not info: a client that keeps a revoked token would
+            // otherwise log a line per call.
+            tracing::debug!(token = format!("{:032x}", parts.id), reason, "a token was refused");
             LodeError::Unauthorized
         })
 }

@@ -207,13 +207,9 @@ async fn a_client_certificate_names_the_user_of_its_common_name() {
     use lode_client::tls::ClientTls;
     use lode_client::{Client, ClientOptions};
     let directory = tempfile::tempdir().expect("temporary directory");
-    let root_token = lode_client::auth::new_token();
-    let path = directory.path().join("root.token");
-    std::fs::write(&path, root_token.to_text()).expect("token file");
-    let path = path.to_string_lossy().into_owned();
+    let (path, root_token) = support::bootstrap_token_file(directory.path());
     let cluster = support::TestCluster::start_with_tls_and_flags(3, 10_000, &["--bootstrap-token-file", &path]);
     cluster.wait_for_leader().await;
-    let root_token = lode_client::protocol::AccessToken(root_token.to_text());
     let root = client_with(&cluster, cluster.endpoints(), &root_token);
     wait_until("the bootstrap admin", || async {
         root.kv("config").set("k").bytes("v").send().await.ok()

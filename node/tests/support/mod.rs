@@ -541,6 +541,18 @@ pub struct Secured {
     pub _directory: tempfile::TempDir,
 }
 
+/// A fresh first admin's token, written to `root.token` in `directory`:
+/// the file's path (for `--bootstrap-token-file`) and the token.
+pub fn bootstrap_token_file(directory: &std::path::Path) -> (String, lode_client::protocol::AccessToken) {
+    let token = lode_client::auth::new_token();
+    let path = directory.join("root.token");
+    std::fs::write(&path, token.to_text()).expect("token file");
+    (
+        path.to_string_lossy().into_owned(),
+        lode_client::protocol::AccessToken(token.to_text()),
+    )
+}
+
 /// A client of `endpoints` that presents `token`.
 pub fn client_with(
     cluster: &TestCluster,
@@ -558,10 +570,7 @@ pub fn client_with(
 /// until authentication is on (an anonymous call is refused).
 pub async fn secured() -> Secured {
     let directory = tempfile::tempdir().expect("temporary directory");
-    let root_token = lode_client::auth::new_token();
-    let path = directory.path().join("root.token");
-    std::fs::write(&path, root_token.to_text()).expect("token file");
-    let path = path.to_string_lossy().into_owned();
+    let (path, root_token) = bootstrap_token_file(directory.path());
     let cluster = TestCluster::start_with_http_and_flags(3, 10_000, &["--bootstrap-token-file", &path]);
     cluster.wait_for_leader().await;
     let anonymous = cluster.client();
@@ -572,7 +581,6 @@ pub async fn secured() -> Secured {
         }
     })
     .await;
-    let root_token = lode_client::protocol::AccessToken(root_token.to_text());
     let root = client_with(&cluster, cluster.endpoints(), &root_token);
     Secured {
         cluster,
