@@ -138,6 +138,27 @@ impl AuthCache {
     }
 }
 
+impl AuthCache {
+    /// Whether `token` works now and its user holds `role` or is a cluster
+    /// admin; on a cluster without users, any well-formed token does.
+    pub fn token_holds_role(&self, token: &AccessToken, role: &str, now_micros: u64) -> bool {
+        let Ok(parts) = TokenParts::parse(&token.0) else {
+            return false;
+        };
+        let Ok(state) = self.state() else {
+            return false;
+        };
+        if !state.is_enabled() {
+            return true;
+        }
+        let Ok(user) = user_of(&state, &parts, now_micros) else {
+            return false;
+        };
+        state.users.get(user).is_some_and(|record| record.roles.contains(role))
+            || is_cluster_admin(&state.grants_of(user))
+    }
+}
+
 fn user_of<'s>(state: &'s AuthState, parts: &TokenParts, now_micros: u64) -> Result<&'s str, LodeError> {
     state
         .user_of_token(parts.id, &parts.secret, now_micros)
@@ -167,9 +188,13 @@ fn shown(namespace: &str) -> String {
 }
 
 impl Allowed {
+    /// `admin` access is to the auth records only, and managing them is
+    /// managing the cluster: it needs `admin` on every namespace, never a
+    /// grant on the auth namespace alone.
     fn permits(&self, namespace: &str, access: Access) -> bool {
         match self {
             Allowed::Everything => true,
+            Allowed::Grants(grants) if access == Access::Admin => is_cluster_admin(grants),
             Allowed::Grants(grants) => permits(grants, namespace, access),
         }
     }
@@ -179,10 +204,10 @@ impl Allowed {
     pub fn check_write(&self, operations: &[Operation]) -> Result<(), LodeError> {
         for (index, operation) in operations.iter().enumerate() {
             for touched in operation.namespaces() {
-                if !self.permits(touched.namespace, touched.access) {
+                if !self.permits(&touched.namespace, touched.access) {
                     return Err(LodeError::Forbidden {
                         operation: format!("operation {index} ({})", operation_name(operation)),
-                        namespace: shown(touched.namespace),
+                        namespace: shown(&touched.namespace),
                         access: access_name(touched.access).to_owned(),
                     });
                 }
@@ -194,6 +219,7 @@ impl Allowed {
     /// A read of one namespace needs `read` on it; listings and the change
     /// feed are filtered instead (`keeps_namespace`).
     pub fn check_query(&self, query: &Query) -> Result<(), LodeError> {
+        let session_namespace;
         let namespace = match query {
             Query::Get { namespace, .. }
             | Query::Exists { namespace, .. }
@@ -202,10 +228,11 @@ impl Allowed {
             | Query::Lease { namespace, .. }
             | Query::Ranges { namespace, .. } => namespace.as_str(),
             Query::NextDelivery { .. } => lode_types::QUEUE_NAMESPACE,
-            Query::Namespaces { .. }
-            | Query::SessionKeys { .. }
-            | Query::Changes { .. }
-            | Query::StateEvents { .. } => return Ok(()),
+            Query::SessionKeys { session, .. } => {
+                session_namespace = session.grant_namespace();
+                session_namespace.as_str()
+            }
+            Query::Namespaces { .. } | Query::Changes { .. } | Query::StateEvents { .. } => return Ok(()),
         };
         if self.permits(namespace, Access::Read) {
             return Ok(());

@@ -62,6 +62,19 @@ pub struct Node {
     tasks: Vec<JoinHandle<()>>,
 }
 
+/// The node's answers to its HTTP port's questions about callers.
+struct MemberAuthView(Arc<Shared>);
+
+impl crate::http::AuthView for MemberAuthView {
+    fn users_exist(&self) -> bool {
+        self.0.auth.state().map_or(true, |state| state.is_enabled())
+    }
+
+    fn holds_role(&self, token: &lode_client::protocol::AccessToken, role: &str) -> bool {
+        self.0.auth.token_holds_role(token, role, self.0.clock.now_micros())
+    }
+}
+
 impl Node {
     /// Opens storage under `config.data_dir`, starts Raft and serves on
     /// `listeners`. Returns once the node is serving; joining or
@@ -177,13 +190,9 @@ impl Node {
         &self.address
     }
 
-    /// Whether the cluster has users, for the HTTP port; a state that
-    /// cannot be read counts as having them, so the port fails closed.
-    pub fn auth_probe(&self) -> crate::http::AuthProbe {
-        let shared = self.shared.clone();
-        crate::http::AuthProbe(Arc::new(move || {
-            shared.auth.state().map_or(true, |state| state.is_enabled())
-        }))
+    /// What the HTTP port asks this node about its callers.
+    pub fn auth_view(&self) -> Arc<dyn crate::http::AuthView> {
+        Arc::new(MemberAuthView(self.shared.clone()))
     }
 
     /// The token this node's own HTTP gateway presents to its client port:

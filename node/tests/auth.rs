@@ -191,6 +191,8 @@ async fn the_http_port_acts_as_the_caller_with_its_grants() {
     assert_eq!((status, body), (200, json!({ "groups": ["users"] })));
     let (status, _) = call(support::ACCESS_TOKEN, "get", json!({ "scope": "users", "key": "u1" }));
     assert_eq!(status, 401, "the shared token still works with users");
+    let (status, metrics) = support::get(&address, "/metrics", None);
+    assert_eq!(status, 200, "without --metrics-role, metrics are open: {metrics}");
     root.auth().revoke_token(issued.id).await.expect("revoke");
     wait_until("the HTTP port to refuse the revoked token", || async {
         let (status, _) = call(&token, "get", json!({ "scope": "users", "key": "u1" }));
@@ -256,4 +258,117 @@ async fn a_client_certificate_names_the_user_of_its_common_name() {
         .await
         .expect_err("a certificate naming no user");
     assert!(refused.is_unauthorized(), "{refused}");
+}
+
+/// Session links are a namespace a grant can name (`\0session\0<stream>`):
+/// writing with a link needs `write` on it, listing a session's keys
+/// `read`, and a listing leaves out keys of namespaces the caller may not
+/// read. A grant on the auth namespace alone does not make an admin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_links_and_auth_management_need_their_own_grants() {
+    use lode_client::protocol::SessionLink;
+    let Secured { cluster, root, .. } = secured().await;
+    let session = SessionLink {
+        stream: "checkout".to_owned(),
+        session_id: "s1".to_owned(),
+    };
+    let unlinked = user_with(&root, "unlinked", &["write:orders"]).await;
+    let unlinked = client_with(&cluster, cluster.endpoints(), &unlinked.token);
+    unlinked
+        .kv("orders")
+        .set("plain")
+        .bytes("1")
+        .send()
+        .await
+        .expect("a write without a link");
+    let refused = unlinked
+        .kv("orders")
+        .in_session(session.clone())
+        .set("o1")
+        .bytes("1")
+        .send()
+        .await
+        .expect_err("a linked write without the session grant");
+    assert_forbidden(refused, "\\0session\\0checkout");
+    assert_eq!(root.kv("orders").get("o1").await.expect("read"), None);
+    let refused = unlinked.session_keys(&session).await.expect_err("a listing");
+    assert_forbidden(refused, "\\0session\\0checkout");
+
+    let linked = user_with(&root, "linked", &["write:orders", "write:\\0session\\0checkout"]).await;
+    let linked = client_with(&cluster, cluster.endpoints(), &linked.token);
+    linked
+        .kv("orders")
+        .in_session(session.clone())
+        .set("o1")
+        .bytes("1")
+        .send()
+        .await
+        .expect("a linked write with the grant");
+    root.kv("secrets")
+        .in_session(session.clone())
+        .set("s1")
+        .bytes("hidden")
+        .send()
+        .await
+        .expect("root writes secrets in the session");
+    let keys = linked.session_keys(&session).await.expect("the linked user lists");
+    assert_eq!(keys, vec![("orders".to_owned(), b"o1".to_vec())]);
+    let all = root.session_keys(&session).await.expect("root lists");
+    assert_eq!(all.len(), 2, "{all:?}");
+
+    let auth_only = user_with(&root, "auth-only", &["admin:\\0auth"]).await;
+    let auth_only = client_with(&cluster, cluster.endpoints(), &auth_only.token);
+    let refused = auth_only
+        .auth()
+        .put_user("intruder")
+        .await
+        .expect_err("auth management without admin on every namespace");
+    assert!(refused.is_forbidden(), "{refused}");
+    cluster.assert_no_errors();
+}
+
+/// `/health` and `/ready` need no token and show no data; `/metrics` is
+/// open unless `--metrics-role` names a role, then it needs a user holding
+/// it (or an admin).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_the_configured_role_and_health_needs_nothing() {
+    let Secured {
+        cluster,
+        root,
+        root_token,
+        ..
+    } = support::secured_with(&["--metrics-role", "monitoring"]).await;
+    root.kv("secrets")
+        .set("password")
+        .bytes("hunter2")
+        .send()
+        .await
+        .expect("root writes");
+    let leader = cluster.wait_for_leader().await;
+    let address = cluster.kv_connect_url(leader).trim_start_matches("http://").to_owned();
+    let (status, health) = support::get(&address, "/health", None);
+    assert_eq!((status, health.as_str()), (200, "ok\n"));
+    let (status, ready) = support::get(&address, "/ready", None);
+    assert_eq!(status, 200, "{ready}");
+    assert!(!ready.contains("secrets") && !ready.contains("hunter2"), "{ready}");
+
+    let (status, body) = support::get(&address, "/metrics", None);
+    assert_eq!(status, 401, "{body}");
+    let reader = user_with(&root, "reader", &["read:"]).await;
+    let (status, body) = support::get(&address, "/metrics", Some(&reader.token.0));
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("monitoring"), "the refusal names the role: {body}");
+    let monitor = user_with(&root, "scraper", &[]).await;
+    root.auth().put_role("monitoring", Vec::new()).await.expect("role");
+    root.auth().bind_role("scraper", "monitoring").await.expect("bind");
+    let metrics = wait_until("the scraper's role to reach the member", || async {
+        let (status, body) = support::get(&address, "/metrics", Some(&monitor.token.0));
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert!(metrics.contains("lode_raft_term"), "{metrics}");
+    assert!(!metrics.contains("hunter2"), "{metrics}");
+    let (status, _) = support::get(&address, "/metrics", Some(&root_token.0));
+    assert_eq!(status, 200, "an admin reads metrics");
+    cluster.assert_no_errors();
 }

@@ -59,13 +59,16 @@ pub struct Grant {
 }
 
 impl Grant {
-    /// Parses `permission:prefix`, as the CLI takes a grant.
+    /// Parses `permission:prefix`, as the CLI takes a grant. The two
+    /// characters `\0` in a prefix stand for NUL, the way refusals show
+    /// Lode's own names: `write:\0queue` is the queue, `write:\0session\0cart`
+    /// the session links of stream `cart`.
     pub fn parse(text: &str) -> Result<Self, String> {
         let (permission, prefix) = text
             .split_once(':')
             .ok_or_else(|| format!("grant {text:?} is not permission:prefix (read:config, admin:)"))?;
         let grant = Grant {
-            prefix: prefix.to_owned(),
+            prefix: prefix.replace("\\0", "\0"),
             permission: permission.parse()?,
         };
         grant.validate()?;
@@ -100,7 +103,9 @@ pub fn permits(grants: &[Grant], namespace: &str, access: Access) -> bool {
 /// Whether `grants` make their holder an administrator of the cluster:
 /// `admin` on the empty prefix.
 pub fn is_cluster_admin(grants: &[Grant]) -> bool {
-    permits(grants, AUTH_NAMESPACE, Access::Admin)
+    grants
+        .iter()
+        .any(|grant| grant.permission == Permission::Admin && grant.prefix.is_empty())
 }
 
 /// One change of the auth state.
@@ -314,6 +319,7 @@ mod tests {
         assert!(!is_cluster_admin(&grants));
         assert!(is_cluster_admin(&[grant("", Permission::Admin)]));
         assert!(!is_cluster_admin(&[grant("config", Permission::Admin)]));
+        assert!(!is_cluster_admin(&[grant(AUTH_NAMESPACE, Permission::Admin)]));
     }
 
     #[test]
@@ -343,5 +349,11 @@ mod tests {
         assert_eq!(Grant::parse("admin:"), Ok(grant("", Permission::Admin)));
         assert!(Grant::parse("config").is_err());
         assert!(Grant::parse("owner:config").is_err());
+        // Lode's own names are spelled as refusals show them.
+        assert_eq!(Grant::parse("write:\\0queue"), Ok(grant("\0queue", Permission::Write)));
+        assert_eq!(
+            Grant::parse("read:\\0session\\0cart"),
+            Ok(grant("\0session\0cart", Permission::Read))
+        );
     }
 }

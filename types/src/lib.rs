@@ -24,7 +24,7 @@ pub use changes::{ChangeEvent, ChangeKind};
 pub use encoding::Encoding;
 pub use operation::{
     Access, CounterKind, Fence, NamespaceAccess, Operation, Precondition, Selector, SessionLink, WrittenKey,
-    QUEUE_NAMESPACE,
+    QUEUE_NAMESPACE, SESSION_GRANT_PREFIX,
 };
 pub use queue::{EnqueueOptions, FinishedAs, MessageId, QueueDelivery};
 pub use ranges::{validate_ranges, KeyRange};

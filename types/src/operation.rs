@@ -4,6 +4,8 @@
 //! `validation.rs`). Operations are stored in the Raft log: new shapes are
 //! new variants appended at the end, never changes to old ones.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::Encoding;
@@ -85,6 +87,14 @@ pub struct SessionLink {
 }
 
 impl SessionLink {
+    /// The name permission checks give the links of this session's stream:
+    /// writing with a link needs `write` on it, listing a session's keys
+    /// `read`. It starts with NUL, so no user namespace is it; a grant names
+    /// it as `\0session\0<stream>` (see `auth::Grant::parse`).
+    pub fn grant_namespace(&self) -> String {
+        format!("{SESSION_GRANT_PREFIX}{}", self.stream)
+    }
+
     /// Checks the link's names against their limits.
     pub fn validate(&self) -> Result<(), String> {
         limits::check_name("session stream", &self.stream)?;
@@ -376,16 +386,30 @@ impl Operation {
     /// check per namespace. The queue is [`QUEUE_NAMESPACE`]; the leader's
     /// own sweeps and requeues touch none a client could name.
     pub fn namespaces(&self) -> Vec<NamespaceAccess<'_>> {
+        let mut touched = self.namespaces_of_data();
+        if let Some(session) = self.session() {
+            touched.push(NamespaceAccess {
+                namespace: Cow::Owned(session.grant_namespace()),
+                access: Access::Write,
+            });
+        }
+        touched
+    }
+
+    fn namespaces_of_data(&self) -> Vec<NamespaceAccess<'_>> {
         use Access::{Read, Write};
         fn one(namespace: &str, access: Access) -> Vec<NamespaceAccess<'_>> {
-            vec![NamespaceAccess { namespace, access }]
+            vec![NamespaceAccess {
+                namespace: Cow::Borrowed(namespace),
+                access,
+            }]
         }
         match self {
             Operation::Set { namespace, fence, .. } => {
                 let mut touched = one(namespace, Write);
                 if let Some(fence) = fence {
                     touched.push(NamespaceAccess {
-                        namespace: &fence.namespace,
+                        namespace: Cow::Borrowed(&fence.namespace),
                         access: Read,
                     });
                 }
@@ -411,7 +435,7 @@ impl Operation {
             } => {
                 let mut touched = one(namespace, if *remove_source { Write } else { Read });
                 touched.push(NamespaceAccess {
-                    namespace: to_namespace,
+                    namespace: Cow::Borrowed(to_namespace),
                     access: Write,
                 });
                 touched
@@ -420,7 +444,7 @@ impl Operation {
                 let mut touched = one(QUEUE_NAMESPACE, Write);
                 if !options.keys_if_undelivered.is_empty() {
                     touched.push(NamespaceAccess {
-                        namespace: crate::DENO_NAMESPACE,
+                        namespace: Cow::Borrowed(crate::DENO_NAMESPACE),
                         access: Write,
                     });
                 }
@@ -499,16 +523,21 @@ pub enum Access {
     Admin,
 }
 
-/// One namespace an operation touches, and how.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One namespace an operation touches, and how. Most are the operation's
+/// own; a session link's is made from its stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamespaceAccess<'o> {
-    pub namespace: &'o str,
+    pub namespace: Cow<'o, str>,
     pub access: Access,
 }
 
 /// The name permission checks give the queue. No user namespace starts
 /// with NUL, so it cannot be confused with one.
 pub const QUEUE_NAMESPACE: &str = "\0queue";
+
+/// The start of the names permission checks give session links, one per
+/// stream ([`SessionLink::grant_namespace`]).
+pub const SESSION_GRANT_PREFIX: &str = "\0session\0";
 
 /// A key an operation writes, by what it is; the state machine lays each
 /// out in its own stored form.
@@ -595,7 +624,7 @@ mod tests {
         operation
             .namespaces()
             .iter()
-            .all(|touched| may(touched.namespace, touched.access))
+            .all(|touched| may(&touched.namespace, touched.access))
     }
 
     #[test]
@@ -607,11 +636,11 @@ mod tests {
         };
         let fenced = set("config", Some(fence));
         let read = |namespace| NamespaceAccess {
-            namespace,
+            namespace: Cow::Borrowed(namespace),
             access: Access::Read,
         };
         let write = |namespace| NamespaceAccess {
-            namespace,
+            namespace: Cow::Borrowed(namespace),
             access: Access::Write,
         };
         assert_eq!(fenced.namespaces(), vec![write("config"), read("locks")]);
@@ -637,6 +666,15 @@ mod tests {
             vec![write(QUEUE_NAMESPACE), write(crate::DENO_NAMESPACE)]
         );
         assert_eq!(Operation::SweepExpired { entries_max: 1 }.namespaces(), vec![]);
+        let linked = Operation::Delete {
+            namespace: "orders".to_owned(),
+            key: b"k".to_vec(),
+            session: Some(SessionLink {
+                stream: "checkout".to_owned(),
+                session_id: "s1".to_owned(),
+            }),
+        };
+        assert_eq!(linked.namespaces(), vec![write("orders"), write("\0session\0checkout")]);
 
         // Read-only access to "locks" is enough for the fence, not for "config".
         let reader_of_locks = |namespace: &str, access| namespace == "locks" || access == Access::Read;

@@ -118,7 +118,7 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
         let access_token = lode_client::protocol::AccessToken(arguments.access_token.clone());
         let mut http_config = HttpConfig::new(node.address(), Some(access_token));
         http_config.member_token = Some(node.member_token());
-        http_config.auth_enabled = Some(node.auth_probe());
+        http_config.auth = Some(node.auth_view());
         http_config.tls = tls.clone();
         let http = HttpServer::start(lode_client::facade::bind(&http_address).await?, http_config)?;
         http_ports.push(http);

@@ -125,6 +125,11 @@ pub struct NodeArguments {
     /// The `host:port` KV Connect's endpoint URLs name (defaults to --http).
     #[arg(long, requires = "http")]
     pub http_advertise: Option<String>,
+    /// The role a caller of `/metrics` must hold (a cluster admin always
+    /// may); without it, metrics are open like `/health`. They show Raft
+    /// positions and request counts, never data.
+    #[arg(long, requires = "http")]
+    pub metrics_role: Option<String>,
     /// The shared bearer token of the HTTP port (Deno reads it from
     /// `DENO_KV_ACCESS_TOKEN`), accepted while the cluster has no user.
     /// Prefer --access-token-file: a flag's value shows in `ps`.
@@ -397,7 +402,8 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         Some(listener) => {
             let mut config = lode_node::http::HttpConfig::new(node.address(), access_token);
             config.member_token = Some(node.member_token());
-            config.auth_enabled = Some(node.auth_probe());
+            config.auth = Some(node.auth_view());
+            config.metrics_role = arguments.metrics_role.clone();
             config.advertise = arguments.http_advertise.clone();
             config.tls = tls;
             config.connections_max = arguments.http_connections_max;

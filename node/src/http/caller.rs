@@ -22,13 +22,32 @@ use super::kv_connect::Refusal;
 /// dialed again when their user calls).
 const USER_CLIENTS_MAX: usize = 1024;
 
-/// Whether the cluster has users (authentication on), as the node knows.
-#[derive(Clone)]
-pub struct AuthProbe(pub Arc<dyn Fn() -> bool + Send + Sync>);
+/// What the HTTP port asks its node about callers.
+pub trait AuthView: Send + Sync {
+    /// Whether the cluster has users (authentication on); a state that
+    /// cannot be read counts as having them, so the port fails closed.
+    fn users_exist(&self) -> bool;
+    /// Whether `token` works now and its user holds `role` or is a cluster
+    /// admin.
+    fn holds_role(&self, token: &AccessToken, role: &str) -> bool;
+}
 
-impl std::fmt::Debug for AuthProbe {
+impl std::fmt::Debug for dyn AuthView {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str("AuthProbe")
+        formatter.write_str("AuthView")
+    }
+}
+
+/// A port whose node never has users (tests, embedders without auth).
+pub(super) struct NoUsers;
+
+impl AuthView for NoUsers {
+    fn users_exist(&self) -> bool {
+        false
+    }
+
+    fn holds_role(&self, _token: &AccessToken, _role: &str) -> bool {
+        true
     }
 }
 
@@ -51,7 +70,7 @@ pub struct Clients {
 /// The gateway's own clients and its users'.
 pub struct Callers {
     shared_token: Option<AccessToken>,
-    auth_enabled: AuthProbe,
+    auth: Arc<dyn AuthView>,
     own: Arc<Clients>,
     options: ClientOptions,
     node_address: String,
@@ -74,7 +93,7 @@ impl Callers {
         node_address: String,
         options: ClientOptions,
         shared_token: Option<AccessToken>,
-        auth_enabled: AuthProbe,
+        auth: Arc<dyn AuthView>,
     ) -> Result<Self, lode_client::LodeError> {
         let own = Arc::new(Clients {
             cluster: Client::with_options([node_address.clone()], options.clone())?,
@@ -82,7 +101,7 @@ impl Callers {
         });
         Ok(Self {
             shared_token,
-            auth_enabled,
+            auth,
             own,
             options,
             node_address,
@@ -108,7 +127,7 @@ impl Callers {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.strip_prefix("Bearer "))
             .ok_or_else(|| unauthorized("send a token as `Authorization: Bearer <token>`"))?;
-        let users = (self.auth_enabled.0)();
+        let users = self.auth.users_exist();
         if users && presented.starts_with("lode_") {
             return Ok(Caller::User(AccessToken(presented.to_owned())));
         }
@@ -123,6 +142,16 @@ impl Callers {
                 }
             }
             _ => Err(unauthorized("the token is not valid")),
+        }
+    }
+
+    /// Whether `caller` may read `/metrics` when it needs `role`: the shared
+    /// token may (it works only while there are no users), a user's token
+    /// if its user holds the role.
+    pub fn holds_role(&self, caller: &Caller, role: &str) -> bool {
+        match caller {
+            Caller::Shared => true,
+            Caller::User(token) => self.auth.holds_role(token, role),
         }
     }
 

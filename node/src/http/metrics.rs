@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::kv_connect::text;
@@ -64,8 +64,21 @@ pub(super) async fn ready(State(gateway): State<Arc<Gateway>>) -> Response {
     }
 }
 
-/// `GET /metrics`: Prometheus text format.
-pub(super) async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+/// `GET /metrics`: Prometheus text format; with `--metrics-role`, only for
+/// a caller whose user holds the role.
+pub(super) async fn metrics(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Some(role) = &gateway.metrics_role {
+        match gateway.callers.identify(&headers) {
+            Err(refusal) => return refusal.into_response(),
+            Ok(caller) if !gateway.callers.holds_role(&caller, role) => {
+                return text(
+                    StatusCode::FORBIDDEN,
+                    format!("forbidden: /metrics needs a user holding role {role:?}\n"),
+                )
+            }
+            Ok(_) => {}
+        }
+    }
     let mut out = String::new();
     let mut gauge = |name: &str, help: &str, value: u64| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");

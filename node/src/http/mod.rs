@@ -33,7 +33,7 @@ use tokio::task::JoinHandle;
 use crate::accept::{accept_loop, PortSettings, TlsPort};
 use crate::tls::MemberTls;
 
-pub use caller::AuthProbe;
+pub use caller::AuthView;
 pub use metrics::Counters;
 
 /// Longest time a request's header may take to arrive.
@@ -47,8 +47,12 @@ pub struct HttpConfig {
     /// The shared bearer token (`--access-token`), accepted while the
     /// cluster has no user; `None`: only users' tokens.
     pub access_token: Option<lode_client::protocol::AccessToken>,
-    /// Whether the cluster has users; `None`: never.
-    pub auth_enabled: Option<AuthProbe>,
+    /// What the node knows of callers; `None`: a cluster that never has
+    /// users.
+    pub auth: Option<Arc<dyn AuthView>>,
+    /// The role a `/metrics` caller's user must hold (or be a cluster
+    /// admin); `None`: metrics are open to every caller, as health is.
+    pub metrics_role: Option<String>,
     /// The `host:port` KV Connect's endpoint URLs name; `None`: the address
     /// the port listens on.
     pub advertise: Option<String>,
@@ -69,7 +73,8 @@ impl HttpConfig {
         Self {
             node_address: node_address.into(),
             access_token,
-            auth_enabled: None,
+            auth: None,
+            metrics_role: None,
             advertise: None,
             tls: None,
             connections_max: crate::accept::HTTP_CONNECTIONS_MAX_DEFAULT,
@@ -92,6 +97,8 @@ pub(crate) struct Gateway {
     /// Turns true when the port shuts down; watches end on it.
     stopping: signal::Receiver<bool>,
     counters: Counters,
+    /// The role `/metrics` needs, if any.
+    metrics_role: Option<String>,
 }
 
 /// A running HTTP port.
@@ -114,16 +121,8 @@ impl HttpServer {
             token: config.member_token.clone(),
             ..ClientOptions::default()
         };
-        let auth_enabled = config
-            .auth_enabled
-            .clone()
-            .unwrap_or_else(|| AuthProbe(Arc::new(|| false)));
-        let callers = caller::Callers::new(
-            config.node_address.clone(),
-            options,
-            config.access_token.clone(),
-            auth_enabled,
-        )?;
+        let auth = config.auth.clone().unwrap_or_else(|| Arc::new(caller::NoUsers));
+        let callers = caller::Callers::new(config.node_address.clone(), options, config.access_token.clone(), auth)?;
         let (stop, stopping) = signal::channel(false);
         let gateway = Arc::new(Gateway {
             callers,
@@ -131,6 +130,7 @@ impl HttpServer {
             scheme: if config.tls.is_some() { "https" } else { "http" },
             stopping: stopping.clone(),
             counters: Counters::default(),
+            metrics_role: config.metrics_role.clone(),
         });
         // The token is checked before a body is read: a caller without it
         // gets no buffer.

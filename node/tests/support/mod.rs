@@ -504,13 +504,22 @@ where
 
 /// One HTTP/1.1 POST over a fresh connection: (status, body bytes).
 pub fn post_bytes(address: &str, path: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let content = format!("Content-Type: {content_type}\r\nContent-Length: {}\r\n", body.len());
+    request(address, "POST", path, token, &content, body)
+}
+
+/// One HTTP/1.1 GET over a fresh connection: (status, body text).
+pub fn get(address: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let (status, body) = request(address, "GET", path, token, "", b"");
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn request(address: &str, method: &str, path: &str, token: Option<&str>, content: &str, body: &[u8]) -> (u16, Vec<u8>) {
     let mut stream = std::net::TcpStream::connect(address).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
     let authorization = token.map_or(String::new(), |token| format!("Authorization: Bearer {token}\r\n"));
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}Content-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
+    let head =
+        format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}{content}Connection: close\r\n\r\n");
     stream.write_all(head.as_bytes()).expect("write");
     stream.write_all(body).expect("write");
     let mut response = Vec::new();
@@ -538,6 +547,7 @@ pub fn post(address: &str, path: &str, token: Option<&str>, content_type: &str, 
 pub struct Secured {
     pub cluster: TestCluster,
     pub root: Client,
+    pub root_token: lode_client::protocol::AccessToken,
     pub _directory: tempfile::TempDir,
 }
 
@@ -569,9 +579,16 @@ pub fn client_with(
 /// Three members (with HTTP ports) holding one bootstrap token; waits
 /// until authentication is on (an anonymous call is refused).
 pub async fn secured() -> Secured {
+    secured_with(&[]).await
+}
+
+/// [`secured`], with more flags for every member.
+pub async fn secured_with(flags: &[&str]) -> Secured {
     let directory = tempfile::tempdir().expect("temporary directory");
     let (path, root_token) = bootstrap_token_file(directory.path());
-    let cluster = TestCluster::start_with_http_and_flags(3, 10_000, &["--bootstrap-token-file", &path]);
+    let mut all = vec!["--bootstrap-token-file", &path];
+    all.extend_from_slice(flags);
+    let cluster = TestCluster::start_with_http_and_flags(3, 10_000, &all);
     cluster.wait_for_leader().await;
     let anonymous = cluster.client();
     wait_until("authentication to turn on", || async {
@@ -585,6 +602,7 @@ pub async fn secured() -> Secured {
     Secured {
         cluster,
         root,
+        root_token,
         _directory: directory,
     }
 }
