@@ -15,7 +15,7 @@ use crate::error::{decode, EngineError};
 use crate::keys;
 
 /// Auth records read per scan while loading the state.
-const LOAD_PAGE_RECORDS: usize = 1024;
+pub(crate) const LOAD_PAGE_RECORDS: usize = 1024;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserRecord {
@@ -42,11 +42,13 @@ impl TokenRecord {
     }
 }
 
-const USER: &[u8] = b"user\0";
+pub(crate) const USER: &[u8] = b"user\0";
 const ROLE: &[u8] = b"role\0";
-const TOKEN: &[u8] = b"token\0";
+pub(crate) const TOKEN: &[u8] = b"token\0";
 
-fn record_key(kind: &[u8], name: &[u8]) -> Vec<u8> {
+/// The stored key of a record of `kind` (a `name` of nothing: the start
+/// of every record of the kind).
+pub(crate) fn record_key(kind: &[u8], name: &[u8]) -> Vec<u8> {
     let mut key = kind.to_vec();
     key.extend_from_slice(name);
     keys::entry_key(AUTH_NAMESPACE, &key)

@@ -1,7 +1,11 @@
 //! The store against a `BTreeMap` model: random sequences of every KV
-//! operation from one client, with time moving forward so entries expire
-//! and sweeps remove them. After every step the outcome and the whole live
-//! state must match the model.
+//! operation and every auth change from one client, with time moving
+//! forward so entries and tokens expire and sweeps remove them. After every
+//! step the outcome, the whole live state and every permission decision
+//! must match the model.
+
+#[path = "model/auth.rs"]
+mod auth;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -102,6 +106,7 @@ enum Step {
         kind: u8,
         operand: u64,
     },
+    Auth(auth::AuthStep),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -165,6 +170,7 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(checks, namespace, key, number)| Step::Checked { checks, namespace, key, number }),
         1 => (0..NAMESPACES.len(), 0..KEYS.len(), 0u8..3, prop_oneof![Just(u64::MAX), Just(1u64), 0u64..100])
             .prop_map(|(namespace, key, kind, operand)| Step::Counter { namespace, key, kind, operand }),
+        4 => auth::auth_step().prop_map(Step::Auth),
     ]
 }
 
@@ -199,6 +205,7 @@ struct Model {
     leases: BTreeMap<(String, Vec<u8>), ModelLease>,
     /// Changes of live values the last operation made.
     changes: Vec<ModelChange>,
+    auth: auth::AuthModel,
 }
 
 impl Model {
@@ -525,24 +532,30 @@ impl Model {
                 );
                 Ok(OperationResult::Counter { version, value })
             }
+            Operation::Auth { change } => self.auth.apply(change, now),
             Operation::SumV8 { .. }
             | Operation::StateUpdate { .. }
             | Operation::Take { .. }
             | Operation::Enqueue { .. }
             | Operation::ClaimMessage { .. }
             | Operation::FinishMessage { .. }
-            | Operation::RequeueOverdue { .. }
-            | Operation::Auth { .. } => {
+            | Operation::RequeueOverdue { .. } => {
                 unreachable!(
-                    "the model generates no V8 sums, queue or auth operations (lode-types, raft-store/src/auth.rs \
-                     and node/tests cover them)"
+                    "the model generates no V8 sums, State updates or queue operations (lode-types, \
+                     raft-store/tests/queue.rs and node/tests cover them)"
                 )
             }
         }
     }
 }
 
-fn operations(step: &Step, model: &Model, now: u64) -> Option<Vec<Operation>> {
+fn operations(step: &Step, model: &Model, position: usize, now: u64) -> Option<Vec<Operation>> {
+    if let Step::Auth(step) = step {
+        let id = position as u128 + 1;
+        return Some(vec![Operation::Auth {
+            change: model.auth.change(step, id, now),
+        }]);
+    }
     let namespace = |index: usize| NAMESPACES[index].to_owned();
     let key = |index: usize| KEYS[index].as_bytes().to_vec();
     let precondition_of = |n: usize, k: usize, expected: Expected| match expected {
@@ -718,7 +731,7 @@ fn operations(step: &Step, model: &Model, now: u64) -> Option<Vec<Operation>> {
             },
             operand,
         },
-        Step::Advance { .. } | Step::Checked { .. } => return None,
+        Step::Advance { .. } | Step::Checked { .. } | Step::Auth(_) => return None,
     }])
 }
 
@@ -776,9 +789,10 @@ fn run(steps: Vec<Step>) {
                 now += micros;
                 continue;
             }
-            let Some(operations) = operations(step, &model, now) else {
+            let Some(operations) = operations(step, &model, position, now) else {
                 continue;
             };
+            let auth_version = reader.auth_version();
             index += 1;
             let command = Command::V1(CommandV1 {
                 op_id: Some(OpId(position as u128)),
@@ -794,6 +808,15 @@ fn run(steps: Vec<Step>) {
             model.changes.clear();
             let expected = model.apply_command(&operations, index, now);
             assert_eq!(kind(&outcome.result), expected, "step {position}: {step:?}");
+            let context = format!("after step {position}: {step:?}");
+            model
+                .auth
+                .check(&reader.auth_state().expect("auth state"), now, &context);
+            if !matches!(step, Step::Auth(_)) {
+                assert_eq!(reader.auth_version(), auth_version, "the auth version {context}");
+            } else if expected.is_ok() {
+                assert_ne!(reader.auth_version(), auth_version, "the auth version {context}");
+            }
             // The change log holds exactly the entry's changes of live values.
             let page = reader
                 .changes((index - 1, u32::MAX), 1000, "")

@@ -115,7 +115,8 @@ pub enum AuthChange {
     PutUser {
         name: String,
     },
-    /// Removes a user; its tokens stop working.
+    /// Removes a user and its tokens: a user created again under the name
+    /// starts with no token and no role.
     RemoveUser {
         name: String,
     },
@@ -124,7 +125,8 @@ pub enum AuthChange {
         name: String,
         grants: Vec<Grant>,
     },
-    /// Removes a role; users that held it lose its grants.
+    /// Removes a role and unbinds it from every user: a role created again
+    /// under the name is held by nobody.
     RemoveRole {
         name: String,
     },

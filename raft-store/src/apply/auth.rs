@@ -1,15 +1,20 @@
 //! Auth changes: users, roles and tokens written as records of the auth
 //! namespace (`crate::auth`), checked against what is stored.
 
+use std::collections::BTreeSet;
+
 use lode_types::auth::AuthChange;
 use lode_types::limits::ROLES_PER_USER_MAX;
 
 use super::context::ApplyContext;
 use super::Applied;
-use crate::auth::{role_key, token_key, user_key, RoleRecord, TokenRecord, UserRecord};
+use crate::auth::{
+    record_key, role_key, token_key, user_key, RoleRecord, TokenRecord, UserRecord, LOAD_PAGE_RECORDS, TOKEN, USER,
+};
 use crate::command::{Encoding, OperationResult, Rejection};
-use crate::engine::Engine;
+use crate::engine::{Engine, Space};
 use crate::error::{decode, encode, EngineError};
+use crate::keys;
 
 fn read<E: Engine, T: serde::de::DeserializeOwned>(
     context: &mut ApplyContext<'_, E>,
@@ -49,7 +54,7 @@ pub(super) fn apply<E: Engine>(context: &mut ApplyContext<'_, E>, change: &AuthC
             done()
         }
         AuthChange::RemoveUser { name } => match context.remove(user_key(name))? {
-            Some(_) => done(),
+            Some(_) => remove_tokens_of(context, name),
             None => not_found("user", name),
         },
         AuthChange::PutRole { name, grants } => {
@@ -58,7 +63,7 @@ pub(super) fn apply<E: Engine>(context: &mut ApplyContext<'_, E>, change: &AuthC
             done()
         }
         AuthChange::RemoveRole { name } => match context.remove(role_key(name))? {
-            Some(_) => done(),
+            Some(_) => unbind_everywhere(context, name),
             None => not_found("role", name),
         },
         AuthChange::BindRole { user, role } => bind(context, user, role, true),
@@ -103,6 +108,59 @@ pub(super) fn apply<E: Engine>(context: &mut ApplyContext<'_, E>, change: &AuthC
             None => not_found("token", &format!("{id:032x}")),
         },
     }
+}
+
+/// Every record key of `kind` the entry sees: the stored ones and those
+/// earlier operations of this entry wrote. A scan of the auth records,
+/// which removals of users and roles (rare, an admin's) may afford.
+fn record_keys<E: Engine>(context: &ApplyContext<'_, E>, kind: &[u8]) -> Result<BTreeSet<Vec<u8>>, EngineError> {
+    let prefix = record_key(kind, b"");
+    let end = keys::prefix_end(&prefix).ok_or_else(|| EngineError::corrupt("auth record", "no end of its kind"))?;
+    let mut found: BTreeSet<Vec<u8>> = context.written_between(&prefix, &end).into_iter().collect();
+    let mut start = prefix;
+    loop {
+        let page = context
+            .engine()
+            .scan(Space::Entries, &start, Some(&end), LOAD_PAGE_RECORDS)?;
+        let full = page.len() == LOAD_PAGE_RECORDS;
+        match page.last() {
+            Some((last, _)) if full => {
+                start = last.clone();
+                start.push(0);
+            }
+            _ => {
+                found.extend(page.into_iter().map(|(key, _)| key));
+                return Ok(found);
+            }
+        }
+        found.extend(page.into_iter().map(|(key, _)| key));
+    }
+}
+
+/// A removed user's tokens go with it, so a user created again under the
+/// name starts with none.
+fn remove_tokens_of<E: Engine>(context: &mut ApplyContext<'_, E>, user: &str) -> Applied {
+    for key in record_keys(context, TOKEN)? {
+        let token = read::<E, TokenRecord>(context, &key, "token record")?;
+        if token.is_some_and(|token| token.user == user) {
+            context.remove(key)?;
+        }
+    }
+    done()
+}
+
+/// A removed role is taken from every user, so a role created again under
+/// the name is held by nobody.
+fn unbind_everywhere<E: Engine>(context: &mut ApplyContext<'_, E>, role: &str) -> Applied {
+    for key in record_keys(context, USER)? {
+        let Some(mut user) = read::<E, UserRecord>(context, &key, "user record")? else {
+            continue;
+        };
+        if user.roles.remove(role) {
+            write(context, key, "user record", &user)?;
+        }
+    }
+    done()
 }
 
 /// Gives `role` to `user`, or takes it away.
