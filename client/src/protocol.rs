@@ -520,6 +520,10 @@ pub enum RaftMessageKind {
 pub trait LodeService {
     /// Applies an atomic batch; followers forward it to the leader.
     async fn write(request: WriteRequest) -> Result<WriteResponse, LodeError>;
+    /// A write a member forwards to the leader after checking its caller's
+    /// grants at `grants_revision` (none: a caller allowed everything).
+    /// Served on the peer port only.
+    async fn write_checked(request: WriteRequest, grants_revision: Option<u64>) -> Result<WriteResponse, LodeError>;
     async fn read(request: ReadRequest) -> Result<ReadResponse, LodeError>;
     /// What this server offers.
     async fn capabilities() -> Vec<Capability>;

@@ -34,11 +34,13 @@ pub enum Credential {
 /// The caller of one connection, set by `authenticate`.
 pub type CallerSlot = Arc<Mutex<Option<Credential>>>;
 
-/// What a call may touch: everything, or what the grants allow.
+/// What a call may touch: everything, or what the grants allow as of
+/// grants revision `revision` (a write checked so carries it, and apply
+/// refuses it if a permission was taken away since).
 #[derive(Clone, Debug)]
 pub enum Allowed {
     Everything,
-    Grants(Vec<Grant>),
+    Grants { grants: Vec<Grant>, revision: u64 },
 }
 
 /// The auth state as this member has applied it, read again whenever the
@@ -128,11 +130,15 @@ impl AuthCache {
         match credential {
             Some(Credential::Token(parts)) => {
                 let user = user_of(&state, &parts, now_micros)?;
-                Ok(Allowed::Grants(state.grants_of(user)))
+                Ok(Allowed::Grants {
+                    grants: state.grants_of(user),
+                    revision: state.grants_revision,
+                })
             }
-            Some(Credential::Certificate(user)) if state.users.contains_key(&user) => {
-                Ok(Allowed::Grants(state.grants_of(&user)))
-            }
+            Some(Credential::Certificate(user)) if state.users.contains_key(&user) => Ok(Allowed::Grants {
+                grants: state.grants_of(&user),
+                revision: state.grants_revision,
+            }),
             _ => Err(LodeError::Unauthorized),
         }
     }
@@ -194,8 +200,16 @@ impl Allowed {
     fn permits(&self, namespace: &str, access: Access) -> bool {
         match self {
             Allowed::Everything => true,
-            Allowed::Grants(grants) if access == Access::Admin => is_cluster_admin(grants),
-            Allowed::Grants(grants) => permits(grants, namespace, access),
+            Allowed::Grants { grants, .. } if access == Access::Admin => is_cluster_admin(grants),
+            Allowed::Grants { grants, .. } => permits(grants, namespace, access),
+        }
+    }
+
+    /// The grants revision a write checked by these grants carries.
+    pub fn grants_revision(&self) -> Option<u64> {
+        match self {
+            Allowed::Everything => None,
+            Allowed::Grants { revision, .. } => Some(*revision),
         }
     }
 
@@ -257,7 +271,7 @@ impl Allowed {
     pub fn is_admin(&self) -> bool {
         match self {
             Allowed::Everything => true,
-            Allowed::Grants(grants) => is_cluster_admin(grants),
+            Allowed::Grants { grants, .. } => is_cluster_admin(grants),
         }
     }
 

@@ -31,6 +31,8 @@ pub fn rejection_to_wire(rejection: Rejection) -> LodeError {
             requested: (index, 0),
             trimmed_through,
         },
+        // Retryable: the member that took the write checks it again.
+        changed @ Rejection::GrantsChanged { .. } => LodeError::Unavailable(format!("retry: {changed}")),
     }
 }
 

@@ -103,11 +103,29 @@ impl Proposer {
     /// sent one), stamped with the leader's time, and waits for its outcome
     /// once applied.
     pub async fn propose(&self, op_id: Option<OpId>, operations: Vec<Operation>) -> Result<CommandOutcome, LodeError> {
-        let command = Command::V1(CommandV1 {
+        self.propose_checked(op_id, operations, None).await
+    }
+
+    /// [`Proposer::propose`] for a caller whose grants were checked at
+    /// `grants_revision`, if they were.
+    pub async fn propose_checked(
+        &self,
+        op_id: Option<OpId>,
+        operations: Vec<Operation>,
+        grants_revision: Option<u64>,
+    ) -> Result<CommandOutcome, LodeError> {
+        let body = CommandV1 {
             op_id,
             time_micros: self.stamp(),
             operations,
-        });
+        };
+        let command = match grants_revision {
+            None => Command::V1(body),
+            Some(grants_revision) => Command::V2 {
+                command: body,
+                grants_revision,
+            },
+        };
         let keys = command.written_keys();
         let bytes = command.encoded_bytes();
         let request_bytes_max = lode_types::limits::REQUEST_BYTES_MAX;
@@ -209,13 +227,7 @@ async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, rete
                 .map(|waiting| (waiting.command, waiting.reply))
                 .unzip();
             let count = commands.len();
-            let op_ids: Vec<Option<OpId>> = commands
-                .iter()
-                .map(|command| {
-                    let Command::V1(v1) = command;
-                    v1.op_id
-                })
-                .collect();
+            let op_ids: Vec<Option<OpId>> = commands.iter().map(Command::op_id).collect();
             let term = raft.metrics().borrow().current_term;
             let written = tokio::select! {
                 biased;

@@ -104,7 +104,11 @@ impl NodeService {
         }
     }
 
-    async fn write_on_leader(&self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
+    async fn write_on_leader(
+        &self,
+        request: WriteRequest,
+        grants_revision: Option<u64>,
+    ) -> Result<WriteResponse, LodeError> {
         lode_types::validate_client_write(&request.operations).map_err(LodeError::Invalid)?;
         let mut operations = request.operations.clone();
         convert::cap_lease_ttls(
@@ -112,7 +116,12 @@ impl NodeService {
             self.shared.config.lease_ttl_ms_max.saturating_mul(1000),
         );
         let op_id = Some(lode_raft_store::OpId(request.op_id));
-        let outcome = match self.shared.proposer.propose(op_id, operations).await {
+        let proposed = self
+            .shared
+            .proposer
+            .propose_checked(op_id, operations, grants_revision)
+            .await;
+        let outcome = match proposed {
             Ok(outcome) => outcome,
             Err(error @ LodeError::NotLeader { .. }) => {
                 // Leadership moved while the write waited: forward it once.
@@ -120,10 +129,9 @@ impl NodeService {
                     return Err(error);
                 };
                 return self
-                    .forward(
-                        leader,
-                        |client, context| async move { client.write(context, request).await },
-                    )
+                    .forward(leader, |client, context| async move {
+                        client.write_checked(context, request, grants_revision).await
+                    })
                     .await;
             }
             Err(error) => return Err(error),
@@ -645,11 +653,15 @@ impl NodeService {
         tracing::info_span!("request", method, term)
     }
 
-    async fn write_request(self, request: WriteRequest) -> Result<WriteResponse, LodeError> {
+    async fn write_request(
+        self,
+        request: WriteRequest,
+        grants_revision: Option<u64>,
+    ) -> Result<WriteResponse, LodeError> {
         self.on_leader(
             request,
-            |client, context, request| async move { client.write(context, request).await },
-            |request| self.write_on_leader(request),
+            |client, context, request| async move { client.write_checked(context, request, grants_revision).await },
+            |request| self.write_on_leader(request, grants_revision),
         )
         .await
     }
@@ -755,8 +767,27 @@ impl LodeService for NodeService {
     async fn write(self, _context: Context, request: WriteRequest) -> Result<WriteResponse, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
         let span = self.request_span("write");
-        self.allowed()?.check_write(&request.operations)?;
-        self.write_request(request).instrument(span).await
+        let allowed = self.allowed()?;
+        allowed.check_write(&request.operations)?;
+        self.write_request(request, allowed.grants_revision())
+            .instrument(span)
+            .await
+    }
+
+    async fn write_checked(
+        self,
+        _context: Context,
+        request: WriteRequest,
+        grants_revision: Option<u64>,
+    ) -> Result<WriteResponse, LodeError> {
+        if self.port != Port::Peer {
+            return Err(LodeError::Invalid(
+                "write_checked is served on the peer port only".to_owned(),
+            ));
+        }
+        let _in_flight = self.shared.in_flight.clone();
+        let span = self.request_span("write");
+        self.write_request(request, grants_revision).instrument(span).await
     }
 
     async fn read(self, _context: Context, request: ReadRequest) -> Result<ReadResponse, LodeError> {

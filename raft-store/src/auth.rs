@@ -42,6 +42,9 @@ impl TokenRecord {
     }
 }
 
+/// The record of the grants revision: the log index of the last auth
+/// change that may have taken a permission away.
+const REVISION: &[u8] = b"revision\0";
 pub(crate) const USER: &[u8] = b"user\0";
 const ROLE: &[u8] = b"role\0";
 pub(crate) const TOKEN: &[u8] = b"token\0";
@@ -66,6 +69,10 @@ pub fn token_key(id: u128) -> Vec<u8> {
     record_key(TOKEN, &id.to_be_bytes())
 }
 
+pub(crate) fn revision_key() -> Vec<u8> {
+    record_key(REVISION, b"")
+}
+
 /// Why a token does not name a caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenRefusal {
@@ -82,6 +89,10 @@ pub struct AuthState {
     pub users: BTreeMap<String, UserRecord>,
     pub roles: BTreeMap<String, RoleRecord>,
     pub tokens: BTreeMap<u128, TokenRecord>,
+    /// The log index of the last auth change that may have taken a
+    /// permission away, as of (or before) the records above: a write
+    /// checked against them carries it (`Command::V2`).
+    pub grants_revision: u64,
 }
 
 impl AuthState {
@@ -89,7 +100,17 @@ impl AuthState {
     pub fn load<E: Engine>(engine: &E) -> Result<Self, EngineError> {
         let prefix = keys::namespace_prefix(AUTH_NAMESPACE);
         let end = keys::prefix_end(&prefix);
-        let mut state = AuthState::default();
+        // The revision is read before the records: records newer than it
+        // only make apply refuse a write that could have passed, never
+        // pass one checked against grants older than it says.
+        let grants_revision = match engine.get(Space::Entries, &revision_key())? {
+            Some(bytes) => decode::<u64>("grants revision", &decode::<StoredEntry>("auth record", &bytes)?.value)?,
+            None => 0,
+        };
+        let mut state = AuthState {
+            grants_revision,
+            ..AuthState::default()
+        };
         let mut start = prefix.clone();
         loop {
             let page = engine.scan(Space::Entries, &start, end.as_deref(), LOAD_PAGE_RECORDS)?;
@@ -113,7 +134,9 @@ impl AuthState {
             String::from_utf8(key[kind.len()..].to_vec())
                 .map_err(|_| EngineError::corrupt("auth record", "a name that is not UTF-8"))
         };
-        if key.starts_with(USER) {
+        if key.starts_with(REVISION) {
+            // Read first, by `load`.
+        } else if key.starts_with(USER) {
             self.users.insert(name(USER)?, decode("user record", value)?);
         } else if key.starts_with(ROLE) {
             self.roles.insert(name(ROLE)?, decode("role record", value)?);

@@ -77,6 +77,16 @@ impl Proposal {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     V1(CommandV1),
+    /// A command whose caller's grants the proposing member checked
+    /// against the auth state as of grants revision `grants_revision` (the
+    /// log index of the last auth change that may have taken a permission
+    /// away). Apply refuses it, applying nothing, when a later such change
+    /// applied first: a permission taken away binds every write after it
+    /// in the log, wherever its check ran.
+    V2 {
+        command: CommandV1,
+        grants_revision: u64,
+    },
 }
 
 /// The first command shape: one atomic batch stamped with the leader's time.
@@ -124,6 +134,12 @@ pub enum Rejection {
     /// `trimmed_through`). The command is not applied again.
     #[error("the answer of the command applied at index {index} is no longer kept (changes trimmed through {trimmed_through:?})")]
     AnswerCompacted { index: u64, trimmed_through: (u64, u32) },
+    /// The caller's grants were checked at grants revision `checked`, and
+    /// an auth change that may take permissions away applied since (at
+    /// `current`). Nothing applied and no dedup record is kept, so the
+    /// write may be checked again and retried under the same op id.
+    #[error("the caller's grants changed (revision {checked} checked, {current} now) while the write was in flight")]
+    GrantsChanged { checked: u64, current: u64 },
 }
 
 /// What applying one command produced.
@@ -142,18 +158,31 @@ pub struct CommandOutcome {
 }
 
 impl Command {
+    /// The command's time, op id and operations.
+    pub fn body(&self) -> &CommandV1 {
+        match self {
+            Command::V1(command) | Command::V2 { command, .. } => command,
+        }
+    }
+
+    /// The grants revision the caller's grants were checked at, if they were.
+    pub fn grants_revision(&self) -> Option<u64> {
+        match self {
+            Command::V1(_) => None,
+            Command::V2 { grants_revision, .. } => Some(*grants_revision),
+        }
+    }
+
     /// The operation id, if the proposer gave one.
     pub fn op_id(&self) -> Option<OpId> {
-        match self {
-            Command::V1(command) => command.op_id,
-        }
+        self.body().op_id
     }
 
     /// The stored keys this command may write, or `None` when the set is
     /// not known before apply (a sweep, a range delete): such a command is
     /// proposed alone.
     pub fn written_keys(&self) -> Option<Vec<Vec<u8>>> {
-        let Command::V1(command) = self;
+        let command = self.body();
         let mut written = Vec::new();
         for operation in &command.operations {
             written.extend(operation.written_keys()?.into_iter().map(crate::keys::written_key));
@@ -163,8 +192,7 @@ impl Command {
 
     /// Checks every limit of every operation; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
-        let Command::V1(command) = self;
-        command.validate()
+        self.body().validate()
     }
 
     /// The length of the command's encoding in a log entry: every field

@@ -185,8 +185,8 @@ fn changes_auth(payload: &EntryPayload<TypeConfig>) -> bool {
         return false;
     };
     proposal.commands.iter().any(|command| {
-        let crate::command::Command::V1(command) = command;
         command
+            .body()
             .operations
             .iter()
             .any(|operation| matches!(operation, crate::command::Operation::Auth { .. }))

@@ -134,3 +134,91 @@ async fn tokens_name_users_through_roles_and_stop_when_revoked_expired_or_orphan
     assert!(matches!(bind, Err(Rejection::NotFound(_))), "{bind:?}");
     Ok(())
 }
+
+/// A write checked against the grants at one revision applies while no
+/// permission has been taken away since, and is refused whole once one
+/// has (wherever its check ran); the refusal keeps no dedup record, so the
+/// write checked again applies under the same op id.
+#[tokio::test]
+async fn a_write_checked_before_a_permission_was_taken_away_is_refused() -> TestResult {
+    use lode_raft_store::command::{Encoding, OpId};
+    let mut store = Store {
+        state: StateMachineStore::open(Arc::new(MemoryEngine::new()))?,
+        index: 0,
+    };
+    let reader = store.state.reader();
+    store.apply(1, AuthChange::PutUser { name: "app".to_owned() }).await??;
+    let before = reader.auth_state()?.grants_revision;
+    store
+        .apply(
+            2,
+            AuthChange::BindRole {
+                user: "app".to_owned(),
+                role: "missing".to_owned(),
+            },
+        )
+        .await?
+        .expect_err("no such role");
+    store
+        .apply(
+            3,
+            AuthChange::PutRole {
+                name: "writer".to_owned(),
+                grants: Vec::new(),
+            },
+        )
+        .await??;
+    let after = reader.auth_state()?.grants_revision;
+    assert!(after > before, "replacing a role's grants may take some away");
+    store
+        .apply(
+            4,
+            AuthChange::BindRole {
+                user: "app".to_owned(),
+                role: "writer".to_owned(),
+            },
+        )
+        .await??;
+    assert_eq!(reader.auth_state()?.grants_revision, after, "binding only gives");
+
+    let set = |value: &str| Operation::Set {
+        namespace: "config".to_owned(),
+        key: b"k".to_vec(),
+        value: value.as_bytes().to_vec(),
+        encoding: Encoding::Bytes,
+        expires_at_micros: None,
+        precondition: None,
+        fence: None,
+        session: None,
+    };
+    let mut checked_write = |revision: u64, value: &str| {
+        store.index += 1;
+        Entry::<TypeConfig> {
+            log_id: log_id(1, 1, store.index),
+            payload: EntryPayload::Normal(Proposal::single(Command::V2 {
+                command: CommandV1 {
+                    op_id: Some(OpId(99)),
+                    time_micros: 10,
+                    operations: vec![set(value)],
+                },
+                grants_revision: revision,
+            })),
+        }
+    };
+    let stale = checked_write(before, "stale");
+    let fresh = checked_write(after, "fresh");
+    let mut outcomes = store.state.apply([stale, fresh]).await?;
+    let refused = outcomes.remove(0).outcomes.remove(0);
+    assert_eq!(
+        refused.result,
+        Err(Rejection::GrantsChanged {
+            checked: before,
+            current: after
+        })
+    );
+    let applied = outcomes.remove(0).outcomes.remove(0);
+    assert!(applied.result.is_ok() && !applied.deduplicated, "{applied:?}");
+    let entry = reader.get_entry("config", b"k", 10)?.expect("the fresh write");
+    assert_eq!(entry.value, b"fresh");
+    Ok(())
+}

@@ -1,5 +1,6 @@
 //! The stored encodings, pinned: one command per operation variant, a log
-//! entry carrying a proposal, and a stored snapshot, each compared with the
+//! entry carrying a proposal, a stored snapshot and a command of each later
+//! shape, each compared with the
 //! bytes in `tests/golden_bytes.txt` and decoded back from them. A change
 //! that would leave an old log or snapshot unreadable (a field moved,
 //! added or removed, a variant reordered) fails here; a new shape is a new
@@ -211,6 +212,21 @@ fn command(operation: Operation) -> Command {
     })
 }
 
+/// A command whose caller's grants were checked (`Command::V2`).
+fn checked_command() -> Command {
+    let Command::V1(body) = command(Operation::Delete {
+        namespace: "ns".to_owned(),
+        key: b"k".to_vec(),
+        session: None,
+    }) else {
+        unreachable!("command() makes V1 commands")
+    };
+    Command::V2 {
+        command: body,
+        grants_revision: 77,
+    }
+}
+
 fn log_entry() -> Entry<TypeConfig> {
     let proposal = Proposal {
         commands: vec![
@@ -277,6 +293,10 @@ fn current_encodings() -> Vec<(String, Vec<u8>)> {
         "stored_snapshot".to_owned(),
         snapshot().to_bytes().expect("a snapshot encodes"),
     ));
+    encodings.push((
+        "command_v2".to_owned(),
+        lode_types::binary::encode(&checked_command()).expect("a command encodes"),
+    ));
     encodings
 }
 
@@ -333,6 +353,8 @@ fn golden_bytes_decode_to_the_values_they_were_made_from(golden: &BTreeMap<Strin
         (EntryPayload::Normal(decoded), EntryPayload::Normal(made)) => assert_eq!(decoded, made),
         _ => panic!("the log entry's payload is not a proposal"),
     }
+    let checked: Command = lode_types::binary::decode(&golden["command_v2"]).expect("a V2 command decodes");
+    assert_eq!(checked, checked_command());
     let stored = StoredSnapshot::from_bytes(&golden["stored_snapshot"]).expect("the snapshot decodes");
     assert_eq!(stored.meta, snapshot().meta);
 }

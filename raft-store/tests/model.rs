@@ -532,7 +532,7 @@ impl Model {
                 );
                 Ok(OperationResult::Counter { version, value })
             }
-            Operation::Auth { change } => self.auth.apply(change, now),
+            Operation::Auth { change } => self.auth.apply(change, version, now),
             Operation::SumV8 { .. }
             | Operation::StateUpdate { .. }
             | Operation::Take { .. }

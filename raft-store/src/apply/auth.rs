@@ -9,7 +9,8 @@ use lode_types::limits::ROLES_PER_USER_MAX;
 use super::context::ApplyContext;
 use super::Applied;
 use crate::auth::{
-    record_key, role_key, token_key, user_key, RoleRecord, TokenRecord, UserRecord, LOAD_PAGE_RECORDS, TOKEN, USER,
+    record_key, revision_key, role_key, token_key, user_key, RoleRecord, TokenRecord, UserRecord, LOAD_PAGE_RECORDS,
+    TOKEN, USER,
 };
 use crate::command::{Encoding, OperationResult, Rejection};
 use crate::engine::{Engine, Space};
@@ -45,7 +46,40 @@ fn done() -> Applied {
     Ok(Ok(OperationResult::AuthChanged))
 }
 
+/// The log index of the last auth change that may have taken a
+/// permission away (0: none yet), as this entry sees it.
+pub(super) fn grants_revision<E: Engine>(context: &mut ApplyContext<'_, E>) -> Result<u64, EngineError> {
+    Ok(read::<E, u64>(context, &revision_key(), "grants revision")?.unwrap_or(0))
+}
+
+/// Whether a change can take a permission away from someone: then every
+/// write checked before it and applied after it is refused.
+fn may_restrict(change: &AuthChange) -> bool {
+    match change {
+        AuthChange::RemoveUser { .. }
+        | AuthChange::PutRole { .. }
+        | AuthChange::RemoveRole { .. }
+        | AuthChange::UnbindRole { .. }
+        | AuthChange::RevokeToken { .. } => true,
+        // Adding gives, and pruning removes only tokens that no longer work.
+        AuthChange::PutUser { .. }
+        | AuthChange::BindRole { .. }
+        | AuthChange::IssueToken { .. }
+        | AuthChange::IssueSessionToken { .. }
+        | AuthChange::PruneTokens { .. } => false,
+    }
+}
+
 pub(super) fn apply<E: Engine>(context: &mut ApplyContext<'_, E>, change: &AuthChange) -> Applied {
+    let applied = apply_change(context, change)?;
+    if applied.is_ok() && may_restrict(change) {
+        let index = context.position().index;
+        write(context, revision_key(), "grants revision", &index)?;
+    }
+    Ok(applied)
+}
+
+fn apply_change<E: Engine>(context: &mut ApplyContext<'_, E>, change: &AuthChange) -> Applied {
     match change {
         AuthChange::PutUser { name } => {
             if read::<E, UserRecord>(context, &user_key(name), "user record")?.is_none() {

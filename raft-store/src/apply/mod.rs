@@ -26,7 +26,7 @@ mod queue;
 mod state_updates;
 mod sweeps;
 
-use crate::command::{Command, CommandOutcome, CommandV1, Operation, OperationResult, Proposal, Rejection};
+use crate::command::{Command, CommandOutcome, Operation, OperationResult, Proposal, Rejection};
 use crate::engine::{Engine, WriteBatch};
 use crate::entry::SourceId;
 use crate::error::EngineError;
@@ -52,10 +52,9 @@ pub fn apply_proposal<E: Engine>(
     let mut clock = clock_micros;
     let mut outcomes = Vec::with_capacity(proposal.commands.len());
     for command in &proposal.commands {
-        let Command::V1(v1) = command;
-        clock = clock.max(v1.time_micros);
+        clock = clock.max(command.body().time_micros);
         context.begin_command(clock);
-        outcomes.push(apply_command(&mut context, batch, v1)?);
+        outcomes.push(apply_command(&mut context, batch, command)?);
     }
     if !proposal.commands.is_empty() {
         dedup::prune(engine, batch, clock, proposal.retention.dedup_micros)?;
@@ -68,31 +67,38 @@ pub fn apply_proposal<E: Engine>(
 fn apply_command<E: Engine>(
     context: &mut ApplyContext<'_, E>,
     batch: &mut WriteBatch,
-    command: &CommandV1,
+    command: &Command,
 ) -> Result<CommandOutcome, EngineError> {
-    if let Some(op_id) = command
-        .op_id
-        .filter(|_| !injected_bugs::enabled(InjectedBug::SkipDedup))
-    {
+    let body = command.body();
+    if let Some(op_id) = body.op_id.filter(|_| !injected_bugs::enabled(InjectedBug::SkipDedup)) {
         if let Some(mut outcome) = dedup::recorded_outcome(context.overlay(), op_id)? {
             outcome.deduplicated = true;
             return Ok(outcome);
         }
     }
-    let result = match command.validate() {
-        Err(message) => Err(Rejection::Invalid(message)),
-        Ok(()) => apply_atomically(context, batch, &command.operations)?,
-    };
     let position = context.position();
-    let outcome = CommandOutcome {
+    let outcome = |result, context: &ApplyContext<'_, E>| CommandOutcome {
         index: position.index,
         term: position.term,
         time_micros: context.now_micros(),
         result,
         deduplicated: false,
     };
-    if let Some(op_id) = command.op_id {
-        dedup::record(context.overlay(), batch, op_id, &command.operations, &outcome)?;
+    if let Some(checked) = command.grants_revision() {
+        let current = auth::grants_revision(context)?;
+        if current > checked {
+            // Not recorded for dedup: nothing applied, and the write may be
+            // checked again and retried under its op id.
+            return Ok(outcome(Err(Rejection::GrantsChanged { checked, current }), context));
+        }
+    }
+    let result = match body.validate() {
+        Err(message) => Err(Rejection::Invalid(message)),
+        Ok(()) => apply_atomically(context, batch, &body.operations)?,
+    };
+    let outcome = outcome(result, context);
+    if let Some(op_id) = body.op_id {
+        dedup::record(context.overlay(), batch, op_id, &body.operations, &outcome)?;
     }
     Ok(outcome)
 }

@@ -101,6 +101,8 @@ pub struct AuthModel {
     tokens: BTreeMap<u128, ModelToken>,
     /// Every id ever issued, in order, for steps to pick from.
     issued: Vec<u128>,
+    /// The index of the last change that may have taken a permission away.
+    grants_revision: u64,
 }
 
 fn not_found() -> Result<OperationResult, Rejection> {
@@ -165,8 +167,25 @@ impl AuthModel {
         }
     }
 
-    /// Applies a change the way the rules say, with the answer expected.
-    pub fn apply(&mut self, change: &AuthChange, now: u64) -> Result<OperationResult, Rejection> {
+    /// Applies a change at log index `index` the way the rules say, with
+    /// the answer expected.
+    pub fn apply(&mut self, change: &AuthChange, index: u64, now: u64) -> Result<OperationResult, Rejection> {
+        let answer = self.apply_change(change, now);
+        let restricts = matches!(
+            change,
+            AuthChange::RemoveUser { .. }
+                | AuthChange::PutRole { .. }
+                | AuthChange::RemoveRole { .. }
+                | AuthChange::UnbindRole { .. }
+                | AuthChange::RevokeToken { .. }
+        );
+        if answer.is_ok() && restricts {
+            self.grants_revision = index;
+        }
+        answer
+    }
+
+    fn apply_change(&mut self, change: &AuthChange, now: u64) -> Result<OperationResult, Rejection> {
         match change {
             AuthChange::PutUser { name } => {
                 self.users.entry(name.clone()).or_default();
@@ -320,6 +339,10 @@ impl AuthModel {
         assert_eq!(roles, self.roles, "roles {context}");
         let ids: Vec<_> = state.tokens.keys().collect();
         assert_eq!(ids, self.tokens.keys().collect::<Vec<_>>(), "tokens {context}");
+        assert_eq!(
+            state.grants_revision, self.grants_revision,
+            "the grants revision {context}"
+        );
         for &id in &self.issued {
             let named = state.user_of_token(id, &secret_of(id), now).ok();
             let expected = self.alive(id, now).then(|| self.tokens[&id].user.as_str());
