@@ -39,8 +39,17 @@ pub type CallerSlot = Arc<Mutex<Option<Credential>>>;
 /// refuses it if a permission was taken away since).
 #[derive(Clone, Debug)]
 pub enum Allowed {
+    /// The member itself, or a peer.
     Everything,
-    Grants { grants: Vec<Grant>, revision: u64 },
+    /// No user exists yet: everything, but a write binds to that (the
+    /// first user moves the grants revision).
+    Open {
+        revision: u64,
+    },
+    Grants {
+        grants: Vec<Grant>,
+        revision: u64,
+    },
 }
 
 /// The auth state as this member has applied it, read again whenever the
@@ -50,6 +59,10 @@ pub struct AuthCache {
     loaded: RwLock<Option<(u64, Arc<AuthState>)>>,
     /// The secret of [`MEMBER_TOKEN_ID`], made at start.
     member_secret: [u8; 32],
+    /// The first admin's token this member was started with: until a user
+    /// exists, only it is let in, so no one else can create the first
+    /// user before the bootstrap admin applies.
+    bootstrap: Option<TokenParts>,
 }
 
 fn storage(error: lode_raft_store::EngineError) -> LodeError {
@@ -58,14 +71,23 @@ fn storage(error: lode_raft_store::EngineError) -> LodeError {
 }
 
 impl AuthCache {
-    pub fn new(reader: StateReader<SelectedEngine>) -> Self {
+    pub fn new(reader: StateReader<SelectedEngine>, bootstrap: Option<TokenParts>) -> Self {
         let mut member_secret = [0u8; 32];
         rand::Rng::fill(&mut rand::thread_rng(), &mut member_secret);
         Self {
             reader,
             loaded: RwLock::new(None),
             member_secret,
+            bootstrap,
         }
+    }
+
+    /// Whether `parts` may call while no user exists: any token, unless
+    /// the member holds a bootstrap token, then only that one.
+    fn lets_in_before_users(&self, parts: &TokenParts) -> bool {
+        self.bootstrap
+            .as_ref()
+            .is_none_or(|bootstrap| bootstrap.id == parts.id && constant_time_equal(&bootstrap.secret, &parts.secret))
     }
 
     /// The token this member's own gateway presents.
@@ -108,8 +130,10 @@ impl AuthCache {
             let state = self.state()?;
             let user = if state.is_enabled() {
                 user_of(&state, &parts, now_micros)?.to_owned()
-            } else {
+            } else if self.lets_in_before_users(&parts) {
                 String::new()
+            } else {
+                return Err(LodeError::Unauthorized);
             };
             (Credential::Token(parts), user)
         };
@@ -125,7 +149,14 @@ impl AuthCache {
         }
         let state = self.state()?;
         if !state.is_enabled() {
-            return Ok(Allowed::Everything);
+            let before_users = Allowed::Open {
+                revision: state.grants_revision,
+            };
+            return match (&self.bootstrap, credential) {
+                (None, _) => Ok(before_users),
+                (Some(_), Some(Credential::Token(parts))) if self.lets_in_before_users(&parts) => Ok(before_users),
+                (Some(_), _) => Err(LodeError::Unauthorized),
+            };
         }
         match credential {
             Some(Credential::Token(parts)) => {
@@ -199,7 +230,7 @@ impl Allowed {
     /// grant on the auth namespace alone.
     fn permits(&self, namespace: &str, access: Access) -> bool {
         match self {
-            Allowed::Everything => true,
+            Allowed::Everything | Allowed::Open { .. } => true,
             Allowed::Grants { grants, .. } if access == Access::Admin => is_cluster_admin(grants),
             Allowed::Grants { grants, .. } => permits(grants, namespace, access),
         }
@@ -209,7 +240,7 @@ impl Allowed {
     pub fn grants_revision(&self) -> Option<u64> {
         match self {
             Allowed::Everything => None,
-            Allowed::Grants { revision, .. } => Some(*revision),
+            Allowed::Open { revision } | Allowed::Grants { revision, .. } => Some(*revision),
         }
     }
 
@@ -270,7 +301,7 @@ impl Allowed {
 
     pub fn is_admin(&self) -> bool {
         match self {
-            Allowed::Everything => true,
+            Allowed::Everything | Allowed::Open { .. } => true,
             Allowed::Grants { grants, .. } => is_cluster_admin(grants),
         }
     }

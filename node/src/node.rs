@@ -139,7 +139,7 @@ impl Node {
         .await?;
         let read_index = ReadIndex::start(raft.clone());
         let clock = MemberClock::new(config.clock_offset_micros);
-        let auth = crate::auth::AuthCache::new(reader.clone());
+        let auth = crate::auth::AuthCache::new(reader.clone(), config.bootstrap_token.clone());
         let shared = Arc::new(Shared {
             id: config.id,
             raft: raft.clone(),

@@ -372,3 +372,58 @@ async fn metrics_need_the_configured_role_and_health_needs_nothing() {
     assert_eq!(status, 200, "an admin reads metrics");
     cluster.assert_no_errors();
 }
+
+/// A member started with a bootstrap token is never open: until a user
+/// exists in its state (a spare not yet added has none), it lets in only
+/// that token, so no one can create the first user before the admin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_with_a_bootstrap_token_lets_in_only_that_token_before_any_user() {
+    let Secured {
+        mut cluster,
+        root_token,
+        _directory,
+        ..
+    } = secured().await;
+    let path = _directory.path().join("root.token").to_string_lossy().into_owned();
+    let output = cluster.lode(&["cluster", "status", "--json", "--token-file", &path]);
+    assert!(output.status.success(), "{output:?}");
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("status JSON");
+    let cluster_id = status["cluster_id"].as_str().expect("a cluster id").to_owned();
+    cluster.start_spare_with(
+        4,
+        &[
+            "--cluster-id".to_owned(),
+            cluster_id,
+            "--bootstrap-token-file".to_owned(),
+            path,
+        ],
+    );
+    let anonymous = cluster.client_of(4);
+    let refused = wait_until("the spare to answer", || async {
+        match anonymous.kv_namespaces().await {
+            Err(error) if error.is_unauthorized() => Some(error),
+            Err(LodeError::Unavailable(_) | LodeError::Timeout(_) | LodeError::NotLeader { .. }) => None,
+            other => panic!("an anonymous call to a member without users: {other:?}"),
+        }
+    })
+    .await;
+    assert!(refused.is_unauthorized());
+    let spare_with = |token: &lode_client::protocol::AccessToken| {
+        let options = lode_client::ClientOptions {
+            token: Some(token.clone()),
+            call_timeout: std::time::Duration::from_secs(2),
+            attempt_timeout: std::time::Duration::from_secs(1),
+            ..cluster.options()
+        };
+        lode_client::Client::with_options([cluster.address_of(4)], options).expect("client")
+    };
+    let someone = lode_client::protocol::AccessToken(lode_client::auth::new_token().to_text());
+    let refused = spare_with(&someone).kv_namespaces().await.expect_err("another token");
+    assert!(refused.is_unauthorized(), "{refused}");
+    // The bootstrap token gets past authentication (the spare, in no
+    // cluster yet, may still be unable to answer).
+    let admin = spare_with(&root_token);
+    if let Err(error) = admin.kv_namespaces().await {
+        assert!(!error.is_unauthorized() && !error.is_forbidden(), "{error}");
+    }
+}

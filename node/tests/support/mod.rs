@@ -266,6 +266,11 @@ impl TestCluster {
         Client::with_options(self.endpoints(), self.options()).expect("client")
     }
 
+    /// The client address of member `id`.
+    pub fn address_of(&self, id: u64) -> String {
+        self.members[&id].address.clone()
+    }
+
     /// A client that talks to one member only and gives up quickly.
     pub fn client_of(&self, id: u64) -> Client {
         let options = ClientOptions {

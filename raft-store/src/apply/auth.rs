@@ -53,9 +53,18 @@ pub(super) fn grants_revision<E: Engine>(context: &mut ApplyContext<'_, E>) -> R
 }
 
 /// Whether a change can take a permission away from someone: then every
-/// write checked before it and applied after it is refused.
-fn may_restrict(change: &AuthChange) -> bool {
-    match change {
+/// write checked before it and applied after it is refused. The first user
+/// does (it turns authentication on).
+fn may_restrict<E: Engine>(context: &mut ApplyContext<'_, E>, change: &AuthChange) -> Result<bool, EngineError> {
+    if let AuthChange::PutUser { .. } = change {
+        for key in record_keys(context, USER)? {
+            if context.get(&key)?.is_some() {
+                return Ok(false);
+            }
+        }
+        return Ok(true);
+    }
+    Ok(match change {
         AuthChange::RemoveUser { .. }
         | AuthChange::PutRole { .. }
         | AuthChange::RemoveRole { .. }
@@ -67,12 +76,13 @@ fn may_restrict(change: &AuthChange) -> bool {
         | AuthChange::IssueToken { .. }
         | AuthChange::IssueSessionToken { .. }
         | AuthChange::PruneTokens { .. } => false,
-    }
+    })
 }
 
 pub(super) fn apply<E: Engine>(context: &mut ApplyContext<'_, E>, change: &AuthChange) -> Applied {
+    let restricts = may_restrict(context, change)?;
     let applied = apply_change(context, change)?;
-    if applied.is_ok() && may_restrict(change) {
+    if applied.is_ok() && restricts {
         let index = context.position().index;
         write(context, revision_key(), "grants revision", &index)?;
     }

@@ -170,15 +170,17 @@ impl AuthModel {
     /// Applies a change at log index `index` the way the rules say, with
     /// the answer expected.
     pub fn apply(&mut self, change: &AuthChange, index: u64, now: u64) -> Result<OperationResult, Rejection> {
+        let first_user = self.users.is_empty() && matches!(change, AuthChange::PutUser { .. });
         let answer = self.apply_change(change, now);
-        let restricts = matches!(
-            change,
-            AuthChange::RemoveUser { .. }
-                | AuthChange::PutRole { .. }
-                | AuthChange::RemoveRole { .. }
-                | AuthChange::UnbindRole { .. }
-                | AuthChange::RevokeToken { .. }
-        );
+        let restricts = first_user
+            || matches!(
+                change,
+                AuthChange::RemoveUser { .. }
+                    | AuthChange::PutRole { .. }
+                    | AuthChange::RemoveRole { .. }
+                    | AuthChange::UnbindRole { .. }
+                    | AuthChange::RevokeToken { .. }
+            );
         if answer.is_ok() && restricts {
             self.grants_revision = index;
         }
