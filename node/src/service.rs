@@ -490,6 +490,7 @@ impl NodeService {
             self.shared.cluster.check(cluster)?;
         }
         let _changing = self.shared.membership_changes.lock().await;
+        self.require_voting_leader()?;
         let existing = self
             .shared
             .raft
@@ -557,6 +558,20 @@ impl NodeService {
         Ok(self.local_status())
     }
 
+    /// `unavailable` unless this member leads as a voter: a leader that
+    /// removed itself keeps leading until a successor is elected, and
+    /// openraft 0.9 must not be asked for a membership change then (it
+    /// asserts against it).
+    fn require_voting_leader(&self) -> Result<(), LodeError> {
+        let leading = self.shared.raft.metrics().borrow().state == ServerState::Leader;
+        if leading && voter_ids(&self.shared.raft).contains(&self.shared.id) {
+            return Ok(());
+        }
+        Err(LodeError::Unavailable(
+            "this member is leaving the voters; retry once a successor leads".to_owned(),
+        ))
+    }
+
     /// `unavailable` while the last membership change is not applied here:
     /// openraft would refuse the next one, logging an error.
     fn require_settled_membership(&self) -> Result<(), LodeError> {
@@ -593,6 +608,7 @@ impl NodeService {
 
     async fn remove_member_on_leader(&self, id: u64) -> Result<ClusterStatus, LodeError> {
         let _changing = self.shared.membership_changes.lock().await;
+        self.require_voting_leader()?;
         let membership = self
             .shared
             .raft

@@ -29,15 +29,25 @@ pub enum InjectedBug {
     /// messages instead of counting the delivery as failed, so a consumer
     /// that died mid-delivery loses its message.
     DropOverdueClaims,
+    /// The member's permission check of a copy looks at its source only,
+    /// so a caller who may read one namespace copies into one it may not
+    /// write.
+    SkipCopyDestinationCheck,
+    /// Apply ignores the grants revision a checked write carries, so a
+    /// write checked just before its caller lost a permission applies
+    /// after.
+    IgnoreGrantsRevision,
 }
 
 impl InjectedBug {
-    pub const ALL: [InjectedBug; 5] = [
+    pub const ALL: [InjectedBug; 7] = [
         InjectedBug::StaleLeaderReads,
         InjectedBug::AcknowledgeBeforeSync,
         InjectedBug::SkipDedup,
         InjectedBug::LeaseJudgedByLocalClock,
         InjectedBug::DropOverdueClaims,
+        InjectedBug::SkipCopyDestinationCheck,
+        InjectedBug::IgnoreGrantsRevision,
     ];
 
     fn bit(self) -> u8 {
@@ -47,6 +57,8 @@ impl InjectedBug {
             InjectedBug::SkipDedup => 4,
             InjectedBug::LeaseJudgedByLocalClock => 8,
             InjectedBug::DropOverdueClaims => 16,
+            InjectedBug::SkipCopyDestinationCheck => 32,
+            InjectedBug::IgnoreGrantsRevision => 64,
         }
     }
 }

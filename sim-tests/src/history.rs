@@ -148,6 +148,11 @@ pub struct History {
     pub operations: Vec<Operation>,
     pub grants: Vec<Grant>,
     pub fenced_writes: Vec<FencedWrite>,
+    /// The tenant role's grants as the grantor changed them, each at the
+    /// log index it applied at.
+    pub role_changes: Vec<RoleChange>,
+    /// The tenant's writes and how they ended.
+    pub tenant_writes: Vec<TenantWrite>,
     /// Queue events in the order they happened.
     pub queue: Vec<QueueEvent>,
     /// What each actor last did: diagnostics for a run that does not
@@ -170,6 +175,35 @@ impl History {
             .filter_map(|operation| operation.call.written_value())
             .chain(self.fenced_writes.iter().map(|write| write.value.as_str()))
     }
+}
+
+/// One acknowledged change of the tenant role: from log index `index` on,
+/// it may write the guarded namespace or not.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RoleChange {
+    pub index: u64,
+    pub writes_guarded: bool,
+}
+
+/// A write of the tenant's that touched the guarded namespace (a set, or a
+/// copy into it), and how it ended.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TenantWrite {
+    pub value: String,
+    pub copy: bool,
+    pub outcome: TenantOutcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TenantOutcome {
+    /// Applied at this log index.
+    Applied {
+        index: u64,
+    },
+    Forbidden,
+    /// Refused for another reason; certainly not applied.
+    Refused,
+    Unknown,
 }
 
 /// The history shared by every client of one simulation (one thread).

@@ -14,6 +14,7 @@
 //! recorded against real processes.
 
 pub mod activity;
+pub mod auth_workload;
 pub mod checkers;
 pub mod environment;
 pub mod history;

@@ -3,7 +3,7 @@
 //! operator for membership changes and a verifier, driven step by step
 //! while the scenario's faults are applied; then the checkers.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
@@ -19,6 +19,7 @@ use lode_raft_store::{MemoryEngine, SelectedEngine, StateReader, TypeConfig};
 use lode_types::ChangeEvent;
 use openraft::{Raft, ServerState};
 
+use crate::auth_workload::{self, AuthPlan};
 use crate::checkers;
 use crate::environment;
 use crate::history::{self, Call, History, Known, Outcome, QueueEvent, SharedHistory};
@@ -36,6 +37,10 @@ pub const PEER_PORT: u16 = 7001;
 pub const VERIFIER: usize = 1000;
 /// The client number of the operator (membership changes).
 pub const OPERATOR: usize = 1001;
+/// The client numbers of the grantor (the admin changing the tenant's
+/// role) and the tenant.
+pub const GRANTOR: usize = 1002;
+pub const TENANT: usize = 1003;
 /// Lock clients are clients from this number on.
 pub const LOCK_CLIENT_FIRST: usize = 100;
 /// Watchers are clients `WATCHER_FIRST + member id`.
@@ -202,6 +207,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
             state: member.state.clone(),
         };
         config.snapshot_logs_max = scenario.snapshot_logs_max;
+        config.bootstrap_token = Some(workload::root_token());
         config.forward_timeout_ms = 2_000;
         config.read_wait_ms_max = 2_000;
         config.clock_offset_micros = scenario
@@ -312,6 +318,29 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         }
     }
 
+    {
+        let plan = AuthPlan {
+            grantor: GRANTOR,
+            tenant: TENANT,
+            seed: scenario.seed.wrapping_mul(47),
+            until: scenario.workload,
+        };
+        let ready = Rc::new(Cell::new(false));
+        for (name, client) in [("grantor", GRANTOR), ("tenant", TENANT)] {
+            let (plan, endpoints, history, ready) = (plan.clone(), endpoints.clone(), history.clone(), ready.clone());
+            history.borrow_mut().activity.register(client);
+            sim.client(name, async move {
+                if client == GRANTOR {
+                    auth_workload::run_grantor(plan, endpoints, history.clone(), ready).await;
+                } else {
+                    auth_workload::run_tenant(plan, endpoints, history.clone(), ready).await;
+                }
+                history::finished(&history, client);
+                Ok(())
+            });
+        }
+    }
+
     let operator_queue: Rc<RefCell<VecDeque<Fault>>> = Rc::new(RefCell::new(VecDeque::new()));
     {
         let (queue, endpoints, until) = (operator_queue.clone(), endpoints.clone(), scenario.workload);
@@ -326,7 +355,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
     for index in 0..scenario.queue_clients {
         host_names.extend([format!("p{index}"), format!("q{index}")]);
     }
-    host_names.extend(["operator".to_owned(), "verifier".to_owned()]);
+    host_names.extend(["grantor", "tenant", "operator", "verifier"].map(str::to_owned));
     let verification = Rc::new(RefCell::new(Verification::default()));
     {
         let context = VerifierContext {
@@ -412,6 +441,8 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
     digest.write_debug(&history.grants);
     digest.write_debug(&history.fenced_writes);
     digest.write_debug(&history.queue);
+    digest.write_debug(&history.role_changes);
+    digest.write_debug(&history.tenant_writes);
     digest.write_debug(&driver.applied);
     for replica in &verification.replicas {
         digest.write_debug(&(replica.id, replica.applied_index, replica.digest));

@@ -31,7 +31,16 @@ pub fn client_options() -> ClientOptions {
         backoff_max: Duration::from_millis(200),
         default_stream: None,
         tls: None,
-        token: None,
+        token: Some(lode_client::protocol::AccessToken(root_token().to_text())),
+    }
+}
+
+/// The first admin's token every member is started with; every client of
+/// the workload but the tenant presents it.
+pub fn root_token() -> lode_types::auth::TokenParts {
+    lode_types::auth::TokenParts {
+        id: 1,
+        secret: [0x5e; 32],
     }
 }
 

@@ -52,3 +52,13 @@ fn leases_judged_by_the_local_clock_are_caught() {
 fn overdue_claims_dropped_instead_of_retried_are_caught() {
     caught(InjectedBug::DropOverdueClaims, FaultMix::Network);
 }
+
+#[test]
+fn a_copy_checked_on_its_source_only_is_caught() {
+    caught(InjectedBug::SkipCopyDestinationCheck, FaultMix::Partitions);
+}
+
+#[test]
+fn apply_ignoring_the_grants_revision_is_caught() {
+    caught(InjectedBug::IgnoreGrantsRevision, FaultMix::Network);
+}

@@ -84,7 +84,10 @@ fn apply_command<E: Engine>(
         result,
         deduplicated: false,
     };
-    if let Some(checked) = command.grants_revision() {
+    let grants_revision = command
+        .grants_revision()
+        .filter(|_| !injected_bugs::enabled(InjectedBug::IgnoreGrantsRevision));
+    if let Some(checked) = grants_revision {
         let current = auth::grants_revision(context)?;
         if current > checked {
             // Not recorded for dedup: nothing applied, and the write may be

@@ -8,6 +8,7 @@ pub mod convergence;
 pub mod fencing;
 pub mod linearizability;
 pub mod liveness;
+pub mod permissions;
 pub mod phantom_values;
 pub mod queue_delivery;
 pub mod versions;
@@ -34,5 +35,6 @@ pub fn run_all(history: &History, replicas: &[ReplicaState], recovery: Option<Du
     note("convergence", convergence::check(replicas));
     note("liveness", liveness::check(recovery));
     note("queue_delivery", queue_delivery::check(history));
+    note("permissions", permissions::check(history, replicas));
     violations
 }
