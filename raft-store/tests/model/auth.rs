@@ -317,11 +317,16 @@ impl AuthModel {
             Access::Admin => 2,
         };
         let rank = |permission: Permission| PERMISSIONS.iter().position(|held| *held == permission);
+        self.grants_of(user)
+            .any(|grant| rank(grant.permission) >= Some(needed) && namespace.starts_with(grant.prefix.as_str()))
+    }
+
+    /// The grants of the roles the user holds that exist.
+    fn grants_of<'m>(&'m self, user: &str) -> impl Iterator<Item = &'m Grant> {
         self.users[user]
             .iter()
             .filter_map(|role| self.roles.get(role))
             .flatten()
-            .any(|grant| rank(grant.permission) >= Some(needed) && namespace.starts_with(grant.prefix.as_str()))
     }
 
     /// Compares the stored auth state and every decision it implies with
@@ -374,10 +379,7 @@ impl AuthModel {
 
     /// Whether a role of the user grants `admin` on the empty prefix.
     fn roles_hold_admin_on_everything(&self, user: &str) -> bool {
-        self.users[user]
-            .iter()
-            .filter_map(|role| self.roles.get(role))
-            .flatten()
+        self.grants_of(user)
             .any(|grant| grant.prefix.is_empty() && grant.permission == Permission::Admin)
     }
 }
