@@ -32,8 +32,35 @@ pub enum Credential {
     Member,
 }
 
-/// The caller of one connection, set by `authenticate`.
-pub type CallerSlot = Arc<Mutex<Option<Credential>>>;
+/// The caller of one connection: how it was named (by `authenticate`, or
+/// its certificate), and the last decision for it, kept while the auth
+/// state it was made from is current and its token unexpired, so a call
+/// costs no hash and no copy of grants.
+#[derive(Debug, Default)]
+pub struct Caller {
+    credential: Option<Credential>,
+    decided: Option<Decided>,
+}
+
+#[derive(Debug)]
+struct Decided {
+    auth_version: u64,
+    /// When the token stops working by itself (its own or its parent's
+    /// expiry), if it does.
+    valid_until_micros: Option<u64>,
+    allowed: Allowed,
+}
+
+impl Caller {
+    pub fn named(credential: Option<Credential>) -> Self {
+        Self {
+            credential,
+            decided: None,
+        }
+    }
+}
+
+pub type CallerSlot = Arc<Mutex<Caller>>;
 
 /// What a call may touch: everything, or what the grants allow as of
 /// grants revision `revision` (a write checked so carries it, and apply
@@ -48,7 +75,7 @@ pub enum Allowed {
         revision: u64,
     },
     Grants {
-        grants: Vec<Grant>,
+        grants: Arc<Vec<Grant>>,
         revision: u64,
     },
 }
@@ -138,15 +165,35 @@ impl AuthCache {
             };
             (Credential::Token(parts), user)
         };
-        *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(credential);
+        *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Caller::named(Some(credential));
         Ok(user)
     }
 
     /// What the caller of `slot` may touch now.
     pub fn allowed(&self, slot: &CallerSlot, now_micros: u64) -> Result<Allowed, LodeError> {
-        let credential = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        // Read before the state: a state newer than the version only makes
+        // the next call decide again.
+        let auth_version = self.reader.auth_version();
+        let mut caller = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(decided) = &caller.decided {
+            let unexpired = decided.valid_until_micros.is_none_or(|until| now_micros < until);
+            if decided.auth_version == auth_version && unexpired {
+                return Ok(decided.allowed.clone());
+            }
+        }
+        let (allowed, valid_until_micros) = self.decide(caller.credential.clone(), now_micros)?;
+        caller.decided = Some(Decided {
+            auth_version,
+            valid_until_micros,
+            allowed: allowed.clone(),
+        });
+        Ok(allowed)
+    }
+
+    /// What `credential` may touch at `now_micros`, and until when at most.
+    fn decide(&self, credential: Option<Credential>, now_micros: u64) -> Result<(Allowed, Option<u64>), LodeError> {
         if matches!(credential, Some(Credential::Member)) {
-            return Ok(Allowed::Everything);
+            return Ok((Allowed::Everything, None));
         }
         let state = self.state()?;
         if !state.is_enabled() {
@@ -154,23 +201,23 @@ impl AuthCache {
                 revision: state.grants_revision,
             };
             return match (&self.bootstrap, credential) {
-                (None, _) => Ok(before_users),
-                (Some(_), Some(Credential::Token(parts))) if self.lets_in_before_users(&parts) => Ok(before_users),
+                (None, _) => Ok((before_users, None)),
+                (Some(_), Some(Credential::Token(parts))) if self.lets_in_before_users(&parts) => {
+                    Ok((before_users, None))
+                }
                 (Some(_), _) => Err(LodeError::Unauthorized),
             };
         }
+        let grants_of = |user: &str| Allowed::Grants {
+            grants: Arc::new(state.grants_of(user)),
+            revision: state.grants_revision,
+        };
         match credential {
             Some(Credential::Token(parts)) => {
                 let user = user_of(&state, &parts, now_micros)?;
-                Ok(Allowed::Grants {
-                    grants: state.grants_of(user),
-                    revision: state.grants_revision,
-                })
+                Ok((grants_of(user), state.token_expiry(parts.id)))
             }
-            Some(Credential::Certificate(user)) if state.users.contains_key(&user) => Ok(Allowed::Grants {
-                grants: state.grants_of(&user),
-                revision: state.grants_revision,
-            }),
+            Some(Credential::Certificate(user)) if state.users.contains_key(&user) => Ok((grants_of(&user), None)),
             _ => Err(LodeError::Unauthorized),
         }
     }

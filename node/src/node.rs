@@ -269,7 +269,7 @@ async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, sto
         let service = NodeService {
             shared: shared.clone(),
             port,
-            caller: Arc::new(std::sync::Mutex::new(credential)),
+            caller: Arc::new(std::sync::Mutex::new(crate::auth::Caller::named(credential))),
         }
         .serve();
         let handler: rpc::Handler<LodeServiceRequest, LodeServiceResponse> = Arc::new(move |request| {

@@ -107,16 +107,20 @@ async fn revoked_and_expired_tokens_stop_working_on_every_member() {
     root.kv("config").set("k").bytes("v").send().await.expect("write");
     let issued = user_with(&root, "service", &["read:config"]).await;
     let members: Vec<u64> = cluster.running();
-    for id in &members {
-        let one = client_with(&cluster, vec![cluster.members[id].address.clone()], &issued.token);
+    // The same connections before and after: a member's decision for a
+    // connection must not outlive the revocation.
+    let clients: Vec<_> = members
+        .iter()
+        .map(|id| client_with(&cluster, vec![cluster.members[id].address.clone()], &issued.token))
+        .collect();
+    for one in &clients {
         one.kv("config")
             .get("k")
             .await
             .expect("the token works on every member");
     }
     root.auth().revoke_token(issued.id).await.expect("revoke");
-    for id in &members {
-        let one = client_with(&cluster, vec![cluster.members[id].address.clone()], &issued.token);
+    for (id, one) in members.iter().zip(&clients) {
         wait_until(&format!("member {id} to refuse the revoked token"), || async {
             match one.kv("config").get("k").await {
                 Err(error) if error.is_unauthorized() => Some(()),

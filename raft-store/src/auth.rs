@@ -201,6 +201,20 @@ impl AuthState {
         Ok(())
     }
 
+    /// When token `id` stops working by itself: its own expiry or its
+    /// parent's, whichever comes first.
+    pub fn token_expiry(&self, id: u128) -> Option<u64> {
+        let record = self.tokens.get(&id)?;
+        let parent = record
+            .parent
+            .and_then(|parent| self.tokens.get(&parent))
+            .and_then(|parent| parent.expires_at_micros);
+        match (record.expires_at_micros, parent) {
+            (Some(own), Some(parent)) => Some(own.min(parent)),
+            (own, parent) => own.or(parent),
+        }
+    }
+
     /// Whether some token no longer works and waits to be pruned.
     pub fn has_dead_tokens(&self, now_micros: u64) -> bool {
         self.tokens

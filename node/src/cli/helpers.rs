@@ -26,7 +26,7 @@ pub struct Endpoints {
     /// The private key of --tls-cert (PEM).
     #[arg(long, env = "LODE_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// A file holding the caller's token (`lode auth token issue`), for a
+    /// A file holding the caller's token (`lode auth issue-token`), for a
     /// cluster with authentication on.
     #[arg(long, env = "LODE_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
