@@ -15,7 +15,7 @@ use crate::error::{decode, EngineError};
 use crate::keys;
 
 /// Auth records read per scan while loading the state.
-pub(crate) const LOAD_PAGE_RECORDS: usize = 1024;
+const LOAD_PAGE_RECORDS: usize = 1024;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserRecord {
@@ -83,6 +83,30 @@ pub enum TokenRefusal {
     UserRemoved,
 }
 
+/// Visits every stored entry in `[start, end)`, a page of
+/// `LOAD_PAGE_RECORDS` at a time.
+pub(crate) fn for_each_stored<E: Engine>(
+    engine: &E,
+    start: &[u8],
+    end: Option<&[u8]>,
+    mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), EngineError>,
+) -> Result<(), EngineError> {
+    let mut start = start.to_vec();
+    loop {
+        let page = engine.scan(Space::Entries, &start, end, LOAD_PAGE_RECORDS)?;
+        for (stored_key, bytes) in &page {
+            visit(stored_key, bytes)?;
+        }
+        match page.last() {
+            Some((last, _)) if page.len() == LOAD_PAGE_RECORDS => {
+                start = last.clone();
+                start.push(0);
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
 /// Every user, role and token, as one member has applied them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AuthState {
@@ -111,22 +135,11 @@ impl AuthState {
             grants_revision,
             ..AuthState::default()
         };
-        let mut start = prefix.clone();
-        loop {
-            let page = engine.scan(Space::Entries, &start, end.as_deref(), LOAD_PAGE_RECORDS)?;
-            let full = page.len() == LOAD_PAGE_RECORDS;
-            for (stored_key, bytes) in &page {
-                let entry: StoredEntry = decode("auth record", bytes)?;
-                state.add(&stored_key[prefix.len()..], &entry.value)?;
-            }
-            match page.last() {
-                Some((last, _)) if full => {
-                    start = last.clone();
-                    start.push(0);
-                }
-                _ => return Ok(state),
-            }
-        }
+        for_each_stored(engine, &prefix, end.as_deref(), |stored_key, bytes| {
+            let entry: StoredEntry = decode("auth record", bytes)?;
+            state.add(&stored_key[prefix.len()..], &entry.value)
+        })?;
+        Ok(state)
     }
 
     fn add(&mut self, key: &[u8], value: &[u8]) -> Result<(), EngineError> {

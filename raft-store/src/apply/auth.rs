@@ -9,11 +9,11 @@ use lode_types::limits::ROLES_PER_USER_MAX;
 use super::context::ApplyContext;
 use super::Applied;
 use crate::auth::{
-    record_key, revision_key, role_key, token_key, user_key, RoleRecord, TokenRecord, UserRecord, LOAD_PAGE_RECORDS,
+    for_each_stored, record_key, revision_key, role_key, token_key, user_key, RoleRecord, TokenRecord, UserRecord,
     TOKEN, USER,
 };
 use crate::command::{Encoding, OperationResult, Rejection};
-use crate::engine::{Engine, Space};
+use crate::engine::Engine;
 use crate::error::{decode, encode, EngineError};
 use crate::keys;
 
@@ -161,24 +161,11 @@ fn record_keys<E: Engine>(context: &ApplyContext<'_, E>, kind: &[u8]) -> Result<
     let prefix = record_key(kind, b"");
     let end = keys::prefix_end(&prefix).ok_or_else(|| EngineError::corrupt("auth record", "no end of its kind"))?;
     let mut found: BTreeSet<Vec<u8>> = context.written_between(&prefix, &end).into_iter().collect();
-    let mut start = prefix;
-    loop {
-        let page = context
-            .engine()
-            .scan(Space::Entries, &start, Some(&end), LOAD_PAGE_RECORDS)?;
-        let full = page.len() == LOAD_PAGE_RECORDS;
-        match page.last() {
-            Some((last, _)) if full => {
-                start = last.clone();
-                start.push(0);
-            }
-            _ => {
-                found.extend(page.into_iter().map(|(key, _)| key));
-                return Ok(found);
-            }
-        }
-        found.extend(page.into_iter().map(|(key, _)| key));
-    }
+    for_each_stored(context.engine(), &prefix, Some(&end), |key, _| {
+        found.insert(key.to_vec());
+        Ok(())
+    })?;
+    Ok(found)
 }
 
 /// A removed user's tokens go with it, so a user created again under the
