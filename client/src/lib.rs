@@ -7,6 +7,7 @@
 //! through the same service as opaque bytes that only nodes decode.
 
 pub mod auth;
+pub mod backup;
 pub mod changes;
 pub mod codec;
 pub mod connection;

@@ -549,6 +549,16 @@ pub trait LodeService {
     /// (`lode_types::auth`); answers the user it names. Checked again at
     /// every call, so a revoked or expired token stops working at once.
     async fn authenticate(token: AccessToken) -> Result<String, LodeError>;
+    /// Admin: takes a backup of this member's state once it has applied
+    /// every entry the leader had committed when asked. Answers the
+    /// backup's id on this member and its header; the image is read with
+    /// `backup_read` until `backup_end` (or a minute unread) removes it.
+    async fn backup_begin() -> Result<(u64, lode_types::backup::BackupHeader), LodeError>;
+    /// Admin: at most `backup_chunk_bytes_max` bytes of an open backup's
+    /// image from `offset` (fewer only at its end).
+    async fn backup_read(backup: u64, offset: u64, length: u32) -> Result<ByteBuf, LodeError>;
+    /// Admin: removes an open backup's image.
+    async fn backup_end(backup: u64) -> Result<(), LodeError>;
 }
 
 /// The service's client over one `rpc` connection.

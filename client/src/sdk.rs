@@ -103,6 +103,22 @@ impl Client {
     }
 }
 
+impl Client {
+    /// A connection per endpoint, in the order given.
+    pub(crate) fn member_connections(&self) -> Vec<Arc<Connection>> {
+        self.inner
+            .connections
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// The time limit of one attempt against one node.
+    pub(crate) fn attempt_timeout(&self) -> Duration {
+        self.inner.options.attempt_timeout.min(self.inner.options.call_timeout)
+    }
+}
+
 /// A fresh random op id for a mutation.
 pub fn new_op_id() -> u128 {
     crate::facade::random_u128()

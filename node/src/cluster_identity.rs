@@ -29,6 +29,15 @@ pub fn founding_cluster_id(name: &str, founders: &BTreeMap<u64, String>) -> Clus
     ClusterId(u128::from_be_bytes(bytes))
 }
 
+/// The id of the cluster founded by `founders` under `name` from the
+/// backup whose image has digest `image_sha256`: every founder restoring
+/// the same file computes the same id, and it is never the id of the
+/// cluster the backup came from.
+pub fn restored_cluster_id(name: &str, founders: &BTreeMap<u64, String>, image_sha256: &[u8]) -> ClusterId {
+    let digest: String = image_sha256.iter().map(|byte| format!("{byte:02x}")).collect();
+    founding_cluster_id(&format!("{name}\nrestored from {digest}"), founders)
+}
+
 /// This member's cluster id, once known, and where it is stored (until
 /// the member closes its storage: the engine must not outlive shutdown).
 pub struct ClusterIdentity {

@@ -7,6 +7,7 @@
 
 pub mod accept;
 pub mod auth;
+pub mod backup;
 pub mod clock;
 pub mod cluster_identity;
 pub mod config;

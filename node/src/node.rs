@@ -105,6 +105,7 @@ impl Node {
             ),
         };
         let (log_engine, state_engine) = (Arc::new(log_engine), Arc::new(state_engine));
+        let backups = crate::backup::Backups::new(state_engine.clone());
         let state_machine = StateMachineStore::open(state_engine)?;
         let reader = state_machine.reader();
         let snapshot_on_disk = state_machine.snapshot_on_disk();
@@ -161,6 +162,7 @@ impl Node {
             membership_changes: tokio::sync::Mutex::new(()),
             in_flight: Arc::new(()),
             auth,
+            backups,
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);

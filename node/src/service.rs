@@ -756,6 +756,28 @@ impl NodeService {
 impl NodeService {
     /// What this connection's caller may touch; members on the peer port
     /// may touch everything.
+    /// A backup of this member's state once it has applied what the leader
+    /// had committed (a linearizable read's position), so it holds every
+    /// write acknowledged before it was asked for.
+    async fn backup_request(self) -> Result<(u64, lode_types::backup::BackupHeader), LodeError> {
+        let barrier = ReadRequest {
+            query: Query::Exists {
+                namespace: "backup".to_owned(),
+                key: b"barrier".to_vec(),
+            },
+            consistency: Consistency::Linearizable,
+        };
+        let position = self.clone().read_request(barrier).await?.position;
+        self.wait_applied(position).await?;
+        let cluster = self
+            .shared
+            .cluster
+            .get()
+            .ok_or_else(|| LodeError::Unavailable("this member has not joined a cluster yet".to_owned()))?;
+        let now_micros = self.shared.clock.now_micros();
+        self.shared.backups.take(cluster.0, self.shared.id, now_micros).await
+    }
+
     fn allowed(&self) -> Result<Allowed, LodeError> {
         if self.port == Port::Peer {
             return Ok(Allowed::Everything);
@@ -870,6 +892,26 @@ impl LodeService for NodeService {
         let span = self.request_span("remove_member");
         self.allowed()?.require_admin("remove_member")?;
         self.remove_member_request(id).instrument(span).await
+    }
+
+    async fn backup_begin(self, _: Context) -> Result<(u64, lode_types::backup::BackupHeader), LodeError> {
+        let _in_flight = self.shared.in_flight.clone();
+        let span = self.request_span("backup_begin");
+        self.allowed()?.require_admin("backup")?;
+        self.backup_request().instrument(span).await
+    }
+
+    async fn backup_read(self, _: Context, backup: u64, offset: u64, length: u32) -> Result<ByteBuf, LodeError> {
+        let _in_flight = self.shared.in_flight.clone();
+        self.allowed()?.require_admin("backup")?;
+        let chunk = self.shared.backups.read(backup, offset, length).await?;
+        Ok(ByteBuf::from(chunk))
+    }
+
+    async fn backup_end(self, _: Context, backup: u64) -> Result<(), LodeError> {
+        self.allowed()?.require_admin("backup")?;
+        self.shared.backups.end(backup);
+        Ok(())
     }
 
     async fn raft(

@@ -35,6 +35,8 @@ pub struct Shared {
     pub in_flight: Arc<()>,
     /// Users, roles and tokens as this member applied them.
     pub auth: crate::auth::AuthCache,
+    /// Backups being read from this member.
+    pub backups: crate::backup::Backups,
 }
 
 /// Voter ids in the current membership.

@@ -8,6 +8,7 @@
 pub mod applied_index;
 pub mod apply;
 pub mod auth;
+pub mod backup;
 pub mod command;
 pub mod engine;
 pub mod entry;

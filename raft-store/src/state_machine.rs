@@ -85,14 +85,17 @@ impl<E: Engine> std::fmt::Debug for StateMachineStore<E> {
     }
 }
 
-fn read_meta<E: Engine, T: serde::de::DeserializeOwned>(engine: &E, key: &[u8]) -> Result<Option<T>, EngineError> {
+pub(crate) fn read_meta<E: Engine, T: serde::de::DeserializeOwned>(
+    engine: &E,
+    key: &[u8],
+) -> Result<Option<T>, EngineError> {
     match engine.get(Space::StateMeta, key)? {
         Some(bytes) => Ok(Some(decode("state meta", &bytes)?)),
         None => Ok(None),
     }
 }
 
-fn applied_log_id<E: Engine>(engine: &E) -> Result<Option<LogId<NodeId>>, EngineError> {
+pub(crate) fn applied_log_id<E: Engine>(engine: &E) -> Result<Option<LogId<NodeId>>, EngineError> {
     Ok(read_meta::<E, Option<LogId<NodeId>>>(engine, meta::LAST_APPLIED)?.flatten())
 }
 

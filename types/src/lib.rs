@@ -5,9 +5,10 @@
 //! lode-raft-store (no network) use the very same definitions and checks,
 //! with nothing to convert between them. Each item has one public path:
 //! the crate root (the files below are private), or the public modules
-//! `auth`, `limits`, `binary`, `state_update` and `v8_number`.
+//! `auth`, `backup`, `limits`, `binary`, `state_update` and `v8_number`.
 
 pub mod auth;
+pub mod backup;
 pub mod binary;
 mod changes;
 mod encoding;

@@ -7,6 +7,7 @@ mod dev;
 mod helpers;
 mod kv;
 mod lease;
+mod snapshot;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -63,6 +64,10 @@ pub enum Commands {
     /// Manage users, roles, grants and tokens.
     #[command(subcommand)]
     Auth(auth::AuthCommand),
+    /// Back up a cluster's state to a file, inspect a backup, restore one
+    /// into a new cluster.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
 }
 
 #[derive(Args, Debug)]
@@ -538,6 +543,7 @@ pub async fn run(arguments: Arguments) -> ExitCode {
             .map_err(|error| error.to_string()),
         Commands::Lease(command) => lease::run(command).await.map_err(|error| error.to_string()),
         Commands::Auth(command) => auth::run(command).await,
+        Commands::Snapshot(command) => snapshot::run(command).await,
         Commands::Changes(arguments) => run_changes(arguments).await.map_err(|error| error.to_string()),
         Commands::Kv(command) => kv::run(command).await.map_err(|error| error.to_string()),
         Commands::Cluster(command) => run_cluster(command).await.map_err(|error| error.to_string()),

@@ -152,7 +152,7 @@ impl TestCluster {
         let flags = tls_flags(&tls_dir);
         let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         flags.extend_from_slice(extra);
-        let mut cluster = Self::start_in(directory, count, snapshot_logs_max, &flags, true);
+        let mut cluster = Self::start_in(directory, count, snapshot_logs_max, &flags, true, None);
         cluster.common_flags = flags.iter().map(|flag| (*flag).to_owned()).collect();
         cluster.tls_dir = Some(tls_dir);
         cluster
@@ -160,10 +160,24 @@ impl TestCluster {
 
     fn start_members(count: u64, snapshot_logs_max: u64, extra: &[&str], http: bool) -> Self {
         let directory = tempfile::tempdir().expect("temp dir");
-        Self::start_in(directory, count, snapshot_logs_max, extra, http)
+        Self::start_in(directory, count, snapshot_logs_max, extra, http, None)
     }
 
-    fn start_in(directory: tempfile::TempDir, count: u64, snapshot_logs_max: u64, extra: &[&str], http: bool) -> Self {
+    /// Starts `count` founding members of a new cluster, each member's data
+    /// directory written first by `lode snapshot restore backup`.
+    pub fn start_restored(backup: &std::path::Path, count: u64, snapshot_logs_max: u64) -> Self {
+        let directory = tempfile::tempdir().expect("temp dir");
+        Self::start_in(directory, count, snapshot_logs_max, &[], false, Some(backup))
+    }
+
+    fn start_in(
+        directory: tempfile::TempDir,
+        count: u64,
+        snapshot_logs_max: u64,
+        extra: &[&str],
+        http: bool,
+        restore_from: Option<&std::path::Path>,
+    ) -> Self {
         let mut members = BTreeMap::new();
         for id in 1..=count {
             let mut member = Self::member(&directory, id);
@@ -179,6 +193,17 @@ impl TestCluster {
         let mut membership = vec!["--peers".to_owned(), peers.join(",")];
         membership.extend(extra.iter().map(|flag| (*flag).to_owned()));
         for member in members.values_mut() {
+            if let Some(backup) = restore_from {
+                let output = Command::new(env!("CARGO_BIN_EXE_lode"))
+                    .args(["snapshot", "restore"])
+                    .arg(backup)
+                    .arg("--data-dir")
+                    .arg(&member.data_dir)
+                    .args(["--id", &member.id.to_string(), "--peers", &peers.join(",")])
+                    .output()
+                    .expect("run lode snapshot restore");
+                assert!(output.status.success(), "restore of member {}: {output:?}", member.id);
+            }
             member.process = Some(spawn_node(member, &membership, snapshot_logs_max));
         }
         Self {

@@ -52,9 +52,16 @@ impl<W: Write> Write for Hashing<W> {
     }
 }
 
+/// An archive as written: its length and its digest (its trailer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packed {
+    pub bytes: u64,
+    pub sha256: [u8; 32],
+}
+
 /// Writes the files of `directory` into a new archive at `archive`,
-/// synced; answers its length in bytes.
-pub(crate) fn write(directory: &Path, archive: &Path) -> Result<u64, EngineError> {
+/// synced.
+pub(crate) fn write(directory: &Path, archive: &Path) -> Result<Packed, EngineError> {
     let mut names = Vec::new();
     for item in fs::read_dir(directory).map_err(io_context(directory, "listing"))? {
         let item = item.map_err(io_context(directory, "listing"))?;
@@ -67,7 +74,7 @@ pub(crate) fn write(directory: &Path, archive: &Path) -> Result<u64, EngineError
         digest: ring::digest::Context::new(&ring::digest::SHA256),
     };
     let failed = io_context(archive, "writing");
-    let written = (|| -> std::io::Result<()> {
+    let written = (|| -> std::io::Result<[u8; 32]> {
         out.write_all(MAGIC)?;
         for name in &names {
             let path = directory.join(name);
@@ -86,18 +93,22 @@ pub(crate) fn write(directory: &Path, archive: &Path) -> Result<u64, EngineError
         out.write_all(&[TAG_END])?;
         let digest = out.digest.clone().finish();
         out.inner.write_all(digest.as_ref())?;
-        out.inner.flush()
+        out.inner.flush()?;
+        let mut sha256 = [0u8; DIGEST_BYTES as usize];
+        sha256.copy_from_slice(digest.as_ref());
+        Ok(sha256)
     })();
-    written.map_err(failed)?;
+    let sha256 = written.map_err(failed)?;
     let file = out
         .inner
         .into_inner()
         .map_err(|error| EngineError::io("flushing an image", error.into_error()))?;
     file.sync_all().map_err(io_context(archive, "syncing"))?;
-    Ok(file
+    let bytes = file
         .metadata()
         .map_err(io_context(archive, "reading the length of"))?
-        .len())
+        .len();
+    Ok(Packed { bytes, sha256 })
 }
 
 /// A reader that hashes and counts what it reads.
@@ -144,8 +155,15 @@ pub(crate) fn unpack(archive: &Path, directory: &Path) -> Result<(), EngineError
         .metadata()
         .map_err(io_context(archive, "reading the length of"))?
         .len();
+    unpack_from(file, total, directory).map(drop)
+}
+
+/// Writes the files of the archive of `total` bytes that `archive` reads
+/// into a fresh `directory`, synced, after checking every name, length
+/// and the digest, which it answers. Reads no byte past `total`.
+pub(crate) fn unpack_from(archive: impl Read, total: u64, directory: &Path) -> Result<[u8; 32], EngineError> {
     let mut input = Counted {
-        inner: BufReader::with_capacity(COPY_BUFFER_BYTES, file),
+        inner: BufReader::with_capacity(COPY_BUFFER_BYTES, archive.take(total)),
         digest: ring::digest::Context::new(&ring::digest::SHA256),
         read: 0,
     };
@@ -183,12 +201,13 @@ pub(crate) fn unpack(archive: &Path, directory: &Path) -> Result<(), EngineError
     if input.read + DIGEST_BYTES != total {
         return Err(corrupt(format!(
             "{} bytes follow its digest",
-            total - input.read - DIGEST_BYTES
+            total.saturating_sub(input.read + DIGEST_BYTES)
         )));
     }
     fs::File::open(directory)
         .and_then(|directory| directory.sync_all())
-        .map_err(io_context(directory, "syncing"))
+        .map_err(io_context(directory, "syncing"))?;
+    Ok(stored)
 }
 
 fn unpack_file<R: Read>(input: &mut Counted<R>, total: u64, directory: &Path) -> Result<(), EngineError> {
@@ -242,8 +261,10 @@ mod tests {
         let source = directory_with(&[("a", b"first"), ("b.sst", &big), ("empty", b"")])?;
         let scratch = tempfile::tempdir()?;
         let archive = scratch.path().join("image");
-        let length = write(source.path(), &archive)?;
-        assert_eq!(length, fs::metadata(&archive)?.len());
+        let packed = write(source.path(), &archive)?;
+        assert_eq!(packed.bytes, fs::metadata(&archive)?.len());
+        let bytes = fs::read(&archive)?;
+        assert_eq!(packed.sha256.as_slice(), &bytes[bytes.len() - 32..]);
         let target = scratch.path().join("unpacked");
         unpack(&archive, &target)?;
         assert_eq!(fs::read(target.join("a"))?, b"first");

@@ -7,6 +7,7 @@
 //! (files for RocksDB, streamed; bytes for the in-memory engine).
 
 mod image_archive;
+pub use image_archive::Packed;
 pub mod memory;
 pub mod rocks;
 pub mod selected;

@@ -43,6 +43,20 @@ pub struct RocksCheckpoint {
     directory: PathBuf,
 }
 
+impl RocksCheckpoint {
+    /// The checkpoint as a read-only engine, to read what it holds (a
+    /// backup's log position and counts) at the point it was taken.
+    pub fn open_read_only(&self) -> Result<RocksEngine, EngineError> {
+        let names = Space::ALL.iter().map(|space| space.name());
+        let db = DB::open_cf_for_read_only(&options(), &self.directory, names, false)?;
+        Ok(RocksEngine {
+            root: self.directory.clone(),
+            db: RwLock::new(Some(db)),
+            checkpoint_sequence: AtomicU64::new(0),
+        })
+    }
+}
+
 impl Drop for RocksCheckpoint {
     fn drop(&mut self) {
         if self.directory.exists() {
@@ -139,6 +153,34 @@ impl RocksEngine {
 
     fn snapshots(&self) -> PathBuf {
         self.root.join("snapshots")
+    }
+
+    /// Opens a new engine under the fresh directory `root` whose database
+    /// is the image of `total` bytes that `image` reads, checked as an
+    /// install checks it. Answers the engine and the image's digest.
+    pub fn restore_image(
+        root: impl Into<PathBuf>,
+        image: impl std::io::Read,
+        total: u64,
+    ) -> Result<(Self, [u8; 32]), EngineError> {
+        let root = root.into();
+        fs::create_dir_all(&root).map_err(io_context(&root, "creating"))?;
+        let digest = image_archive::unpack_from(image, total, &root.join("db"))?;
+        sync_directory(&root)?;
+        Ok((Self::open(root)?, digest))
+    }
+
+    /// Packs `checkpoint` as a backup image, `snapshots/backup-N` (removed
+    /// at the next open if still there), and answers its file and digest.
+    pub fn pack_backup(&self, checkpoint: RocksCheckpoint) -> Result<(PathBuf, image_archive::Packed), EngineError> {
+        let (path, _) = self.new_image_file("backup")?;
+        match image_archive::write(&checkpoint.directory, &path) {
+            Ok(packed) => Ok((path, packed)),
+            Err(error) => {
+                let _ = fs::remove_file(&path);
+                Err(error)
+            }
+        }
     }
 
     /// The current snapshot's pointer, if one was saved.
@@ -338,7 +380,7 @@ impl Engine for RocksEngine {
 
     fn pack(&self, checkpoint: RocksCheckpoint) -> Result<SnapshotImage, EngineError> {
         let (path, _) = self.new_image_file("built")?;
-        if let Err(error) = image_archive::write(&checkpoint.directory, &path) {
+        if let Err(error) = image_archive::write(&checkpoint.directory, &path).map(drop) {
             let _ = fs::remove_file(&path);
             return Err(error);
         }

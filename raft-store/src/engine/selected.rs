@@ -15,6 +15,16 @@ pub enum SelectedEngine {
     Memory(MemoryEngine),
 }
 
+impl SelectedEngine {
+    /// The RocksDB engine, if this is one: backups are files of it.
+    pub fn as_rocks(&self) -> Option<&RocksEngine> {
+        match self {
+            SelectedEngine::Rocks(engine) => Some(engine),
+            SelectedEngine::Memory(_) => None,
+        }
+    }
+}
+
 /// An image prepared by whichever engine checked it.
 pub enum SelectedPrepared {
     Rocks(RocksPrepared),
