@@ -27,8 +27,10 @@ use crate::snapshot::StoredSnapshot;
 use crate::state_machine::{applied_log_id, read_meta};
 use crate::type_config::{Member, NodeId};
 
-/// Pairs read per page while counting an image.
-const COUNT_PAGE_PAIRS: usize = 10_000;
+/// Pairs read per page while counting an image: at most 16 MiB of the
+/// largest values held at once.
+const COUNT_PAGE_PAIRS: usize = 256;
+const _: () = assert!(COUNT_PAGE_PAIRS * lode_types::limits::VALUE_BYTES_MAX <= 16 << 20);
 
 /// A backup taken on a member: its header and the image file (under the
 /// state engine's `snapshots/`, for the caller to stream and remove).

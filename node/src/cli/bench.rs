@@ -56,6 +56,37 @@ pub struct BenchArguments {
     pub namespace: String,
 }
 
+/// Bytes of random data values are cut from: each value starts at its own
+/// offset, so stored values neither repeat nor compress, as real ones
+/// mostly do not (a value of one repeated byte would shrink to nothing on
+/// disk and in snapshots).
+const VALUE_SOURCE_BYTES: usize = 64 * 1024;
+
+/// Random values of one length, cut from one random buffer.
+#[derive(Clone)]
+struct Values {
+    source: Arc<Vec<u8>>,
+    length: usize,
+}
+
+impl Values {
+    fn new(length: usize) -> Self {
+        let mut source = Vec::with_capacity(VALUE_SOURCE_BYTES + length + 16);
+        while source.len() < VALUE_SOURCE_BYTES + length {
+            source.extend_from_slice(&lode_client::facade::random_u128().to_le_bytes());
+        }
+        Self {
+            source: Arc::new(source),
+            length,
+        }
+    }
+
+    fn get(&self, sequence: u64) -> &[u8] {
+        let offset = (sequence % VALUE_SOURCE_BYTES as u64) as usize;
+        &self.source[offset..offset + self.length]
+    }
+}
+
 /// Most concurrent clients a bench may start.
 pub const BENCH_CLIENTS_MAX: usize = 4096;
 
@@ -66,10 +97,10 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     if arguments.keys == 0 {
         anyhow::bail!("--keys must be at least 1");
     }
-    let value = vec![b'v'; arguments.value_bytes];
+    let values = Values::new(arguments.value_bytes);
     let arguments = Arc::new(arguments);
     if arguments.workload != Workload::Put {
-        prefill(&arguments, &value).await?;
+        prefill(&arguments, &values).await?;
     }
     let issued = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -80,12 +111,12 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     for worker in 0..arguments.clients {
         let client = arguments.endpoints.client()?;
         let kv = client.kv(arguments.namespace.clone());
-        let (arguments, issued, errors, conflicts, value) = (
+        let (arguments, issued, errors, conflicts, values) = (
             arguments.clone(),
             issued.clone(),
             errors.clone(),
             conflicts.clone(),
-            value.clone(),
+            values.clone(),
         );
         workers.push(tokio::spawn(async move {
             let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds are valid");
@@ -97,11 +128,12 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
                 let key = format!("key-{}", sequence % arguments.keys);
+                let value = values.get(sequence >> 16);
                 let began = tokio::time::Instant::now();
                 let result = match arguments.workload {
-                    Workload::Put => kv.set(&key).bytes(&value).send().await.map(|_| ()),
+                    Workload::Put => kv.set(&key).bytes(value).send().await.map(|_| ()),
                     Workload::Get => kv.get(&key).await.map(|_| ()),
-                    Workload::Cas => compare_and_swap(&kv, &key, &value).await,
+                    Workload::Cas => compare_and_swap(&kv, &key, value).await,
                     Workload::Scan => kv
                         .scan()
                         .range(&key, "key-~")
@@ -176,16 +208,16 @@ async fn compare_and_swap(kv: &lode_client::Kv, key: &str, value: &[u8]) -> Resu
 }
 
 /// Writes every key once so reads find values.
-async fn prefill(arguments: &Arc<BenchArguments>, value: &[u8]) -> Result<(), anyhow::Error> {
+async fn prefill(arguments: &Arc<BenchArguments>, values: &Values) -> Result<(), anyhow::Error> {
     let workers = arguments.clients.min(64) as u64;
     let mut tasks = Vec::new();
     for worker in 0..workers {
         let kv = arguments.endpoints.client()?.kv(arguments.namespace.clone());
-        let (keys, value) = (arguments.keys, value.to_vec());
+        let (keys, values) = (arguments.keys, values.clone());
         tasks.push(tokio::spawn(async move {
             let mut key = worker;
             while key < keys {
-                kv.set(format!("key-{key}")).bytes(&value).send().await?;
+                kv.set(format!("key-{key}")).bytes(values.get(key)).send().await?;
                 key += workers;
             }
             Ok::<(), lode_client::LodeError>(())

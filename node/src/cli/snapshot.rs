@@ -117,13 +117,19 @@ pub async fn run(command: SnapshotCommand) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Streams a backup into `FILE.partial`, synced, and renames it to `file`
+/// Streams a backup into `FILE.partial` (mode 0600), synced, and renames it to `file`
 /// once every byte matched its header; a failed save leaves no file.
 async fn save(file: &Path, endpoints: &Endpoints) -> Result<BackupHeader, String> {
     let partial = PathBuf::from(format!("{}.partial", file.display()));
     let client = endpoints.client().map_err(|error| error.to_string())?;
     let result = async {
-        let out = tokio::fs::File::create(&partial)
+        // A backup holds every value and token hash: its owner's alone.
+        let out = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&partial)
             .await
             .map_err(|error| format!("creating {}: {error}", partial.display()))?;
         let mut out = tokio::io::BufWriter::with_capacity(1 << 20, out);
