@@ -496,6 +496,9 @@ pub struct ClusterStatus {
     /// Entries on the answering node that have expired and wait for the
     /// leader's sweep to remove them (counted up to 10,000).
     pub expired_awaiting_sweep: u64,
+    /// On a leader, milliseconds since a quorum last acknowledged it;
+    /// `None` on any other member, or before the first acknowledgement.
+    pub quorum_ack_ms: Option<u64>,
 }
 
 /// A caller's token, kept out of `Debug` output and logs.

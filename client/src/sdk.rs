@@ -441,12 +441,7 @@ impl Client {
     /// (asked concurrently, `STATUS_MEMBER_TIMEOUT` each; `None` for a
     /// member that did not answer).
     pub async fn cluster_status(&self) -> Result<ClusterStatus, LodeError> {
-        let mut status = self
-            .send(
-                None,
-                |client, context| async move { client.cluster_status(context).await },
-            )
-            .await?;
+        let mut status = self.leader_status().await?;
         let transport = self.inner.options.transport();
         let token = self.inner.options.token.clone();
         let asks = status.members.iter().map(|member| {
@@ -468,6 +463,16 @@ impl Client {
             member.applied_index = applied.or(member.applied_index);
         }
         Ok(status)
+    }
+
+    /// The cluster's status as the leader sees it (the answering node's
+    /// own when no leader answers), without asking each member.
+    pub async fn leader_status(&self) -> Result<ClusterStatus, LodeError> {
+        self.send(
+            None,
+            |client, context| async move { client.cluster_status(context).await },
+        )
+        .await
     }
 
     /// The status as the first reachable endpoint itself sees it; with a

@@ -468,6 +468,7 @@ impl NodeService {
             last_log_index: metrics.last_log_index,
             snapshot_index: metrics.snapshot.map(|log_id| log_id.index),
             purged_index: metrics.purged.map(|log_id| log_id.index),
+            quorum_ack_ms: metrics.millis_since_quorum_ack,
             expired_awaiting_sweep: self
                 .shared
                 .reader

@@ -135,6 +135,10 @@ pub struct NodeArguments {
     /// positions and request counts, never data.
     #[arg(long, requires = "http")]
     pub metrics_role: Option<String>,
+    /// How many entries behind the leader's applied index a member may be
+    /// and still answer `/ready` with 200.
+    #[arg(long, requires = "http", default_value_t = lode_node::http::readiness::READY_LAG_ENTRIES_MAX_DEFAULT)]
+    pub ready_lag_entries_max: u64,
     /// The shared bearer token of the HTTP port (Deno reads it from
     /// `DENO_KV_ACCESS_TOKEN`), accepted while the cluster has no user.
     /// Prefer --access-token-file: a flag's value shows in `ps`.
@@ -409,6 +413,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
             config.member_token = Some(node.member_token());
             config.auth = Some(node.auth_view());
             config.metrics_role = arguments.metrics_role.clone();
+            config.ready_lag_entries_max = arguments.ready_lag_entries_max;
             config.advertise = arguments.http_advertise.clone();
             config.tls = tls;
             config.connections_max = arguments.http_connections_max;

@@ -1,9 +1,5 @@
-//! Health, readiness and Prometheus metrics on the HTTP port.
-//!
-//! Health says the process serves HTTP; readiness says this member knows a
-//! leader and can answer, so a load balancer or Kubernetes sends traffic
-//! only to members that can serve it. Metrics are this member's Raft
-//! position and the port's request counts.
+//! Prometheus metrics on the HTTP port: this member's Raft position and
+//! the port's request counts.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -38,29 +34,6 @@ impl Default for Counters {
         Self {
             calls: CALLS.into_iter().map(|call| (call, AtomicU64::new(0))).collect(),
         }
-    }
-}
-
-/// `GET /health`: the process is up.
-pub(super) async fn health() -> Response {
-    text(StatusCode::OK, "ok\n")
-}
-
-/// `GET /ready`: this member knows a leader.
-pub(super) async fn ready(State(gateway): State<Arc<Gateway>>) -> Response {
-    match gateway.callers.own().local.node_status().await {
-        Ok(status) if status.leader.is_some() => text(
-            StatusCode::OK,
-            format!(
-                "ready: member {} follows leader {:?}\n",
-                status.answered_by, status.leader
-            ),
-        ),
-        Ok(status) => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: member {} knows no leader\n", status.answered_by),
-        ),
-        Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {error}\n")),
     }
 }
 

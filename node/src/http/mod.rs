@@ -16,6 +16,7 @@ mod caller;
 pub mod deno;
 mod kv_connect;
 mod metrics;
+pub mod readiness;
 mod state_api;
 mod watch;
 
@@ -65,6 +66,9 @@ pub struct HttpConfig {
     /// The node's own token (`Node::member_token`), which lets the gateway
     /// through the node's authentication.
     pub member_token: Option<lode_client::protocol::AccessToken>,
+    /// How far behind the leader's applied index `/ready` still answers
+    /// 200.
+    pub ready_lag_entries_max: u64,
 }
 
 impl HttpConfig {
@@ -81,6 +85,7 @@ impl HttpConfig {
             tls_handshake_ms_max: crate::accept::TLS_HANDSHAKE_MS_MAX_DEFAULT,
             header_read_ms_max: HEADER_READ_MS_MAX_DEFAULT,
             member_token: None,
+            ready_lag_entries_max: readiness::READY_LAG_ENTRIES_MAX_DEFAULT,
         }
     }
 }
@@ -99,6 +104,8 @@ pub(crate) struct Gateway {
     counters: Counters,
     /// The role `/metrics` needs, if any.
     metrics_role: Option<String>,
+    /// How far behind the leader a ready member may be.
+    ready_lag_entries_max: u64,
 }
 
 /// A running HTTP port.
@@ -131,6 +138,7 @@ impl HttpServer {
             stopping: stopping.clone(),
             counters: Counters::default(),
             metrics_role: config.metrics_role.clone(),
+            ready_lag_entries_max: config.ready_lag_entries_max,
         });
         // The token is checked before a body is read: a caller without it
         // gets no buffer.
@@ -144,8 +152,8 @@ impl HttpServer {
             .route_layer(axum::middleware::from_fn_with_state(gateway.clone(), require_token));
         let router = Router::new()
             .merge(with_token)
-            .route("/health", get(metrics::health))
-            .route("/ready", get(metrics::ready))
+            .route("/health", get(readiness::health))
+            .route("/ready", get(readiness::ready))
             .route("/metrics", get(metrics::metrics))
             .layer(axum::extract::DefaultBodyLimit::max(kv_connect::BODY_BYTES_MAX))
             .with_state(gateway);

@@ -249,6 +249,10 @@ impl TestCluster {
         let mut flags = flags.to_vec();
         flags.extend(self.common_flags.iter().cloned());
         let mut member = Self::member(&self.directory, id);
+        // A spare of a cluster with HTTP ports gets one too.
+        if self.members.values().any(|member| member.http.is_some()) {
+            member.http = Some(format!("127.0.0.1:{}", free_port()));
+        }
         member.process = Some(spawn_node(&member, &flags, self.snapshot_logs_max));
         let address = member.peer_address.clone();
         self.members.insert(id, member);
