@@ -35,7 +35,7 @@ pub enum LodeError {
     #[error("not found: {0}")]
     NotFound(String),
     /// A precondition named a version that is no longer current.
-    #[error("version conflict: current version is {current:?}")]
+    #[error("version conflict: {}", current_version(.current))]
     VersionConflict { current: Option<u64> },
     /// The caller's lease is no longer held or its token is stale.
     #[error("lease lost")]
@@ -48,10 +48,10 @@ pub enum LodeError {
     #[error("unsupported: {0}")]
     Unsupported(String),
     /// The mutation may or may not have been applied.
-    #[error("ambiguous mutation: {detail}; recovery: {recovery:?}")]
+    #[error("ambiguous mutation: {detail}; to recover, {recovery}")]
     AmbiguousMutation { recovery: MutationRecovery, detail: String },
     /// The node is not the leader; `hint` names the leader it knows of.
-    #[error("not leader (leader hint: {hint:?})")]
+    #[error("not leader ({})", leader_hint(.hint))]
     NotLeader { hint: Option<LeaderHint> },
     /// No node could serve the request now (no quorum, no leader, transport
     /// down); retryable.
@@ -64,7 +64,10 @@ pub enum LodeError {
     Timeout(String),
     /// A requested change log position is older than what is retained;
     /// reading after `trimmed_through` is possible.
-    #[error("compacted: changes after {requested:?} were trimmed through {trimmed_through:?}")]
+    #[error(
+        "compacted: changes after {}.{} were trimmed through {}.{}",
+        .requested.0, .requested.1, .trimmed_through.0, .trimmed_through.1
+    )]
     Compacted {
         requested: (u64, u32),
         trimmed_through: (u64, u32),
@@ -72,7 +75,7 @@ pub enum LodeError {
     /// A version conflict of an atomic write's checks (Deno KV's
     /// `check`): `indexes` are the places, among the write's checks, of
     /// every check that did not hold. Nothing was applied.
-    #[error("version conflict: checks {indexes:?} failed")]
+    #[error("version conflict: {} failed", checks_text(.indexes))]
     ChecksFailed { indexes: Vec<u32> },
     /// The caller's grants do not allow `operation` on `namespace`.
     /// Nothing was proposed.
@@ -82,6 +85,45 @@ pub enum LodeError {
         namespace: String,
         access: String,
     },
+}
+
+impl std::fmt::Display for MutationRecovery {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MutationRecovery::RetrySameOperation { op_id } => {
+                write!(formatter, "send the same mutation again with op id {op_id:032x}")
+            }
+            MutationRecovery::RepeatPrepared => formatter.write_str("send the same prepared mutation again"),
+            MutationRecovery::WaitOutLeaseTtl { ttl_micros } => write!(
+                formatter,
+                "wait out the lease's TTL of {} ms, then acquire again",
+                ttl_micros.div_ceil(1000)
+            ),
+        }
+    }
+}
+
+fn current_version(current: &Option<u64>) -> String {
+    match current {
+        Some(version) => format!("the current version is {version}"),
+        None => "the key is absent".to_owned(),
+    }
+}
+
+fn leader_hint(hint: &Option<LeaderHint>) -> String {
+    match hint {
+        Some(hint) if hint.address.is_empty() => format!("the leader is member {}", hint.id),
+        Some(hint) => format!("the leader is member {} at {}", hint.id, hint.address),
+        None => "no leader is known".to_owned(),
+    }
+}
+
+fn checks_text(indexes: &[u32]) -> String {
+    let listed: Vec<String> = indexes.iter().map(u32::to_string).collect();
+    match listed.len() {
+        1 => format!("check {}", listed[0]),
+        _ => format!("checks {}", listed.join(", ")),
+    }
 }
 
 impl LodeError {
@@ -133,4 +175,47 @@ impl LodeError {
 /// than trusted.
 pub(crate) fn unexpected(what: &str, answer: &impl std::fmt::Debug) -> LodeError {
     LodeError::Unavailable(format!("the server answered {what} with {answer:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_read_as_sentences_without_rust_debug_text() {
+        let cases = [
+            (LodeError::VersionConflict { current: Some(8) }, "version conflict: the current version is 8"),
+            (LodeError::VersionConflict { current: None }, "version conflict: the key is absent"),
+            (LodeError::NotLeader { hint: None }, "not leader (no leader is known)"),
+            (
+                LodeError::NotLeader {
+                    hint: Some(LeaderHint {
+                        id: 2,
+                        address: "127.0.0.1:7102".to_owned(),
+                    }),
+                },
+                "not leader (the leader is member 2 at 127.0.0.1:7102)",
+            ),
+            (
+                LodeError::Compacted {
+                    requested: (5, 0),
+                    trimmed_through: (90, 3),
+                },
+                "compacted: changes after 5.0 were trimmed through 90.3",
+            ),
+            (LodeError::ChecksFailed { indexes: vec![0, 2] }, "version conflict: checks 0, 2 failed"),
+            (
+                LodeError::AmbiguousMutation {
+                    recovery: MutationRecovery::WaitOutLeaseTtl { ttl_micros: 30_000_000 },
+                    detail: "the leader changed".to_owned(),
+                },
+                "ambiguous mutation: the leader changed; to recover, wait out the lease's TTL of 30000 ms, then acquire again",
+            ),
+        ];
+        for (error, expected) in cases {
+            let text = error.to_string();
+            assert_eq!(text, expected);
+            assert!(!text.contains("Some(") && !text.contains('['), "{text}");
+        }
+    }
 }

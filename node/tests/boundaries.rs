@@ -327,7 +327,7 @@ async fn the_cli_covers_every_kv_operation() {
         &endpoints,
     );
     assert_eq!(conflict.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&conflict.stderr).contains(&format!("current version is Some({swapped})")));
+    assert!(String::from_utf8_lossy(&conflict.stderr).contains(&format!("the current version is {swapped}")));
     run(&["kv", "cas", "app", "fresh", "new", "--expect-absent"]);
     let no_precondition = lode(&["kv", "cas", "app", "fresh", "x"], &endpoints);
     assert_eq!(no_precondition.status.code(), Some(2), "cas needs a precondition");

@@ -32,12 +32,21 @@ fn start_dev(base: u16, data_dir: &std::path::Path) -> Child {
 }
 
 fn start_dev_with(base: u16, data_dir: &std::path::Path, extra: &[&str]) -> Child {
+    start_dev_logging(base, data_dir, extra, Stdio::null())
+}
+
+/// `lode dev` with its logs (standard error) going to `logs`, as a new
+/// user's `lode dev 2> file` would.
+fn start_dev_logging(base: u16, data_dir: &std::path::Path, extra: &[&str], logs: Stdio) -> Child {
     Command::new(env!("CARGO_BIN_EXE_lode"))
         .args(["dev", "--base-port", &base.to_string(), "--data-dir"])
         .arg(data_dir)
         .args(extra)
+        .env_remove("LODE_LOG")
+        .env_remove("RUST_LOG")
+        .env_remove("NO_COLOR")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(logs)
         .spawn()
         .expect("spawn lode dev")
 }
@@ -153,4 +162,52 @@ async fn lode_dev_with_auth_makes_a_root_token_and_refuses_anonymous_calls() {
     .await;
     let printed = stop(dev);
     assert!(printed.contains("LODE_TOKEN_FILE="), "{printed}");
+}
+
+/// Starts `lode dev` with `extra` flags, logging into a file, writes once
+/// and stops it; answers what it logged.
+async fn logs_of_a_normal_start(extra: &[&str]) -> String {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let base = free_base_port();
+    let endpoints: Vec<String> = (1..=3).map(|offset| format!("127.0.0.1:{}", base + offset)).collect();
+    let client = Client::connect(endpoints).expect("client");
+    let log_path = directory.path().join("dev.log");
+    let logs = std::fs::File::create(&log_path).expect("log file");
+    let dev = start_dev_logging(base, &directory.path().join("data"), extra, Stdio::from(logs));
+    wait_until("lode dev to accept a write", || async {
+        client.kv("dev").set("greeting").bytes("hello").send().await.ok()
+    })
+    .await;
+    stop(dev);
+    std::fs::read_to_string(&log_path).expect("read the logs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_normal_start_logs_no_error_and_no_colour_into_a_file() {
+    let logs = logs_of_a_normal_start(&[]).await;
+    assert!(logs.contains("node serving"), "{logs}");
+    assert!(!logs.contains('\x1b'), "escape codes in a file:\n{logs}");
+    let errors: Vec<&str> = logs.lines().filter(|line| line.contains("ERROR")).collect();
+    assert!(
+        errors.is_empty(),
+        "a normal start logged errors:\n{}",
+        errors.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_format_json_writes_one_object_per_line() {
+    let logs = logs_of_a_normal_start(&["--log-format", "json"]).await;
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("{error}: {line}")))
+        .collect();
+    assert!(lines.len() > 3, "{logs}");
+    assert!(lines
+        .iter()
+        .all(|line| line["level"].is_string() && line["timestamp"].is_string()));
+    assert!(
+        lines.iter().any(|line| line["fields"]["message"] == "node serving"),
+        "{logs}"
+    );
 }

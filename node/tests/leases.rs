@@ -260,23 +260,46 @@ async fn the_lease_cli_acquires_renews_shows_and_releases() {
     let cluster = TestCluster::start(3, 10_000);
     cluster.wait_for_leader().await;
     let run = |arguments: &[&str]| cluster.lode(arguments);
-    let acquired = run(&["lease", "acquire", NAMESPACE, LOCK, "cli-worker", "--ttl", "30s"]);
+    let acquired = run(&[
+        "lease",
+        "acquire",
+        NAMESPACE,
+        LOCK,
+        "cli-worker",
+        "--ttl",
+        "30s",
+        "--json",
+    ]);
     assert!(acquired.status.success(), "{acquired:?}");
     let lease: serde_json::Value = serde_json::from_slice(&acquired.stdout).expect("json");
     let token = lease["token"].as_u64().expect("token").to_string();
     assert_eq!(lease["ttl_ms"], 30_000);
     let held = run(&["lease", "acquire", NAMESPACE, LOCK, "other", "--ttl", "30s"]);
     assert_eq!(held.status.code(), Some(2));
+    let held = String::from_utf8_lossy(&held.stderr);
+    assert!(!held.contains("Some("), "Rust debug text in a message: {held}");
     let renewed = run(&["lease", "renew", NAMESPACE, LOCK, "cli-worker", &token, "--ttl", "1m"]);
     assert!(renewed.status.success(), "{renewed:?}");
-    let shown = run(&["lease", "show", NAMESPACE, LOCK]);
+    let renewed = String::from_utf8_lossy(&renewed.stdout);
+    assert!(
+        renewed.starts_with(&format!("token={token} ttl_ms=60000 ")),
+        "{renewed}"
+    );
+    let shown = run(&["lease", "show", NAMESPACE, LOCK, "--json"]);
     let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("json");
     assert_eq!(shown["holder"], "cli-worker");
     assert_eq!(shown["token"].to_string(), token);
+    let shown = run(&["lease", "show", NAMESPACE, LOCK]);
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).starts_with("holder=cli-worker token="),
+        "{shown:?}"
+    );
     let released = run(&["lease", "release", NAMESPACE, LOCK, "cli-worker", &token]);
-    assert_eq!(String::from_utf8_lossy(&released.stdout).trim(), "true");
-    let again = run(&["lease", "release", NAMESPACE, LOCK, "cli-worker", &token]);
+    assert_eq!(String::from_utf8_lossy(&released.stdout).trim(), "released=true");
+    let again = run(&["lease", "release", NAMESPACE, LOCK, "cli-worker", &token, "--json"]);
     assert_eq!(again.status.code(), Some(1));
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).expect("json");
+    assert_eq!(again["released"], false);
     let gone = run(&["lease", "show", NAMESPACE, LOCK]);
     assert_eq!(gone.status.code(), Some(1));
     cluster.assert_no_errors();

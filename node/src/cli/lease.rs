@@ -1,5 +1,6 @@
 //! `lode lease`: acquire, renew, release and show leases with fencing
-//! tokens from the command line. Output is JSON, for scripts.
+//! tokens from the command line. Output is `name=value` text for people,
+//! or JSON with `--json` for scripts, as `lode kv` does.
 //!
 //! Exit status: 0 on success, 1 when `show` finds no live lease or `release`
 //! held none, 2 on any error (a held lease is a version conflict naming the
@@ -24,6 +25,8 @@ pub enum LeaseCommand {
         holder: String,
         #[arg(long, value_parser = parse_duration)]
         ttl: Duration,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         endpoints: Endpoints,
     },
@@ -35,6 +38,8 @@ pub enum LeaseCommand {
         token: u64,
         #[arg(long, value_parser = parse_duration)]
         ttl: Duration,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         endpoints: Endpoints,
     },
@@ -44,6 +49,8 @@ pub enum LeaseCommand {
         key: String,
         holder: String,
         token: u64,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         endpoints: Endpoints,
     },
@@ -51,18 +58,41 @@ pub enum LeaseCommand {
     Show {
         namespace: String,
         key: String,
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         endpoints: Endpoints,
     },
 }
 
-fn lease_json(lease: &Lease) -> serde_json::Value {
-    json!({
-        "token": lease.token,
-        "ttl_ms": lease.ttl.as_millis() as u64,
-        "position": lease.position,
-        "expires_at_micros": lease.expires_at_micros,
-    })
+/// Prints `fields` as one JSON object, or as `name=value` pairs on a line
+/// in their order.
+fn print_fields(fields: &[(&str, serde_json::Value)], json: bool) {
+    if json {
+        let object: serde_json::Map<String, serde_json::Value> = fields
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), value.clone()))
+            .collect();
+        print_json(&serde_json::Value::Object(object));
+        return;
+    }
+    let pairs: Vec<String> = fields
+        .iter()
+        .map(|(name, value)| match value {
+            serde_json::Value::String(text) => format!("{name}={text}"),
+            other => format!("{name}={other}"),
+        })
+        .collect();
+    println!("{}", pairs.join(" "));
+}
+
+fn lease_fields(lease: &Lease) -> Vec<(&'static str, serde_json::Value)> {
+    vec![
+        ("token", json!(lease.token)),
+        ("ttl_ms", json!(lease.ttl.as_millis() as u64)),
+        ("position", json!(lease.position)),
+        ("expires_at_micros", json!(lease.expires_at_micros)),
+    ]
 }
 
 pub async fn run(command: LeaseCommand) -> Result<ExitCode, LodeError> {
@@ -72,10 +102,11 @@ pub async fn run(command: LeaseCommand) -> Result<ExitCode, LodeError> {
             key,
             holder,
             ttl,
+            json,
             endpoints,
         } => {
             let lease = endpoints.client()?.kv(namespace).lease(key, holder, ttl).await?;
-            print_json(&lease_json(&lease));
+            print_fields(&lease_fields(&lease), json);
         }
         LeaseCommand::Renew {
             namespace,
@@ -83,6 +114,7 @@ pub async fn run(command: LeaseCommand) -> Result<ExitCode, LodeError> {
             holder,
             token,
             ttl,
+            json,
             endpoints,
         } => {
             let lease = endpoints
@@ -90,17 +122,18 @@ pub async fn run(command: LeaseCommand) -> Result<ExitCode, LodeError> {
                 .kv(namespace)
                 .renew_lease(key, holder, token, ttl)
                 .await?;
-            print_json(&lease_json(&lease));
+            print_fields(&lease_fields(&lease), json);
         }
         LeaseCommand::Release {
             namespace,
             key,
             holder,
             token,
+            json,
             endpoints,
         } => {
             let released = endpoints.client()?.kv(namespace).release(key, holder, token).await?;
-            println!("{released}");
+            print_fields(&[("released", json!(released))], json);
             if !released {
                 return Ok(ExitCode::FAILURE);
             }
@@ -108,13 +141,17 @@ pub async fn run(command: LeaseCommand) -> Result<ExitCode, LodeError> {
         LeaseCommand::Show {
             namespace,
             key,
+            json,
             endpoints,
         } => match endpoints.client()?.kv(namespace).lease_info(key).await? {
-            Some(lease) => print_json(&json!({
-                "holder": lease.holder,
-                "token": lease.token,
-                "expires_at_micros": lease.expires_at_micros,
-            })),
+            Some(lease) => print_fields(
+                &[
+                    ("holder", json!(lease.holder)),
+                    ("token", json!(lease.token)),
+                    ("expires_at_micros", json!(lease.expires_at_micros)),
+                ],
+                json,
+            ),
             None => {
                 eprintln!("not found");
                 return Ok(ExitCode::FAILURE);

@@ -7,6 +7,7 @@ mod dev;
 mod helpers;
 mod kv;
 mod lease;
+mod logging;
 mod snapshot;
 
 use std::collections::BTreeMap;
@@ -37,6 +38,10 @@ pub struct Arguments {
     /// Log filter (tracing's env-filter syntax); `RUST_LOG` also works.
     #[arg(long, global = true, env = "LODE_LOG")]
     pub log: Option<String>,
+    /// Logs as text lines (coloured on a terminal only) or one JSON object
+    /// per line.
+    #[arg(long, global = true, env = "LODE_LOG_FORMAT", value_enum, default_value_t = logging::LogFormat::Text)]
+    pub log_format: logging::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]
@@ -310,22 +315,8 @@ pub enum ClusterCommand {
 }
 
 pub fn init_logging(arguments: &Arguments) {
-    let default = match arguments.command {
-        // openraft logs every failed replication call at ERROR; a peer that
-        // is down is not a reason to page anyone, and the network layer
-        // logs each outage once at WARN instead.
-        Commands::Node(_) | Commands::Dev(_) => "info,openraft=warn,openraft::replication=off",
-        _ => "warn",
-    };
-    let filter = arguments
-        .log
-        .clone()
-        .or_else(|| std::env::var("RUST_LOG").ok())
-        .unwrap_or_else(|| default.to_owned());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .try_init();
+    let member = matches!(arguments.command, Commands::Node(_) | Commands::Dev(_));
+    logging::init(arguments.log.clone(), arguments.log_format, member);
 }
 
 /// Parses `1=host:port,2=host:port`.

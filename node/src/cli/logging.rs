@@ -1,0 +1,94 @@
+//! The process's logs: to standard error, as text (coloured only on a
+//! terminal, and never with `NO_COLOR` set) or as one JSON object per
+//! line (`--log-format json`), filtered by `--log` or `RUST_LOG`.
+//!
+//! A member's normal start logs no ERROR: founders start one by one, and
+//! until the last is up openraft logs each vote request to it that fails
+//! or times out at ERROR. The network layer already reports an unreachable
+//! peer once, at WARN, so those two openraft events are dropped here.
+
+use std::io::IsTerminal;
+
+use clap::ValueEnum;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
+
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line: time, level, target, fields, spans.
+    Json,
+}
+
+/// The filter of a member's logs when none is given: openraft logs every
+/// failed replication call at ERROR, and a peer that is down is not a
+/// reason to page anyone; the network layer logs each outage once at WARN.
+const MEMBER_FILTER_DEFAULT: &str = "info,openraft=warn,openraft::replication=off";
+
+/// Where openraft logs a failed vote request, and the messages it uses.
+const VOTE_EVENTS_TARGET: &str = "openraft::core::raft_core";
+const VOTE_EVENT_MESSAGES: [&str; 2] = ["while requesting vote", "timeout"];
+
+/// Drops openraft's ERROR events for a vote request that failed or timed
+/// out (see the module's documentation).
+struct QuietFailedVotes;
+
+struct Message(Option<String>);
+
+impl Visit for Message {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.0 = Some(value.to_owned());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = Some(format!("{value:?}"));
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for QuietFailedVotes {
+    fn event_enabled(&self, event: &tracing::Event<'_>, _: Context<'_, S>) -> bool {
+        let metadata = event.metadata();
+        if *metadata.level() != tracing::Level::ERROR || metadata.target() != VOTE_EVENTS_TARGET {
+            return true;
+        }
+        let mut message = Message(None);
+        event.record(&mut message);
+        !message
+            .0
+            .is_some_and(|message| VOTE_EVENT_MESSAGES.contains(&message.as_str()))
+    }
+}
+
+/// Installs the process's log output; `member` picks the default filter
+/// of `lode node` and `lode dev`.
+pub fn init(filter: Option<String>, format: LogFormat, member: bool) {
+    let default = if member { MEMBER_FILTER_DEFAULT } else { "warn" };
+    let filter = filter
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| default.to_owned());
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let filter = tracing_subscriber::EnvFilter::new(filter);
+    let output = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(colour)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .boxed(),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(QuietFailedVotes)
+        .with(filter)
+        .with(output)
+        .try_init();
+}
