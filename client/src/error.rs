@@ -85,6 +85,14 @@ pub enum LodeError {
         namespace: String,
         access: String,
     },
+    /// The write would grow the state past the leader's storage quota.
+    /// Nothing was proposed. Deletes still work, and writes are accepted
+    /// again by themselves once compaction reclaims the space.
+    #[error(
+        "quota exceeded: the state holds {used_bytes} bytes of its {quota_bytes}-byte quota (storage_bytes_max); \
+         delete data, and writes resume once its space is reclaimed"
+    )]
+    QuotaExceeded { quota_bytes: u64, used_bytes: u64 },
 }
 
 impl std::fmt::Display for MutationRecovery {
@@ -147,6 +155,9 @@ impl LodeError {
     }
     pub fn is_unauthorized(&self) -> bool {
         matches!(self, LodeError::Unauthorized)
+    }
+    pub fn is_quota_exceeded(&self) -> bool {
+        matches!(self, LodeError::QuotaExceeded { .. })
     }
     pub fn is_compacted(&self) -> bool {
         matches!(self, LodeError::Compacted { .. })

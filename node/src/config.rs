@@ -86,6 +86,9 @@ pub struct NodeConfig {
     /// as leader creates user `root` (role `root`, `admin` on every
     /// namespace) holding it, which turns authentication on.
     pub bootstrap_token: Option<lode_types::auth::TokenParts>,
+    /// The state's size past which this member as leader refuses writes
+    /// that grow it.
+    pub storage_bytes_max: u64,
 }
 
 impl NodeConfig {
@@ -115,6 +118,7 @@ impl NodeConfig {
             connection_idle_ms_max: crate::accept::CONNECTION_IDLE_MS_MAX_DEFAULT,
             clock_offset_micros: 0,
             bootstrap_token: None,
+            storage_bytes_max: crate::storage_quota::STORAGE_BYTES_MAX_DEFAULT,
         }
     }
 }

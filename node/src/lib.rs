@@ -21,6 +21,7 @@ pub mod proposer;
 pub mod reads;
 pub mod service;
 pub mod shared;
+pub mod storage_quota;
 pub mod tls;
 
 pub use config::NodeConfig;

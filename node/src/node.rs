@@ -106,6 +106,10 @@ impl Node {
         };
         let (log_engine, state_engine) = (Arc::new(log_engine), Arc::new(state_engine));
         let backups = crate::backup::Backups::new(state_engine.clone());
+        let quota = Arc::new(crate::storage_quota::StorageQuota::new(
+            state_engine.clone(),
+            config.storage_bytes_max,
+        ));
         let state_machine = StateMachineStore::open(state_engine)?;
         let reader = state_machine.reader();
         let snapshot_on_disk = state_machine.snapshot_on_disk();
@@ -163,6 +167,7 @@ impl Node {
             in_flight: Arc::new(()),
             auth,
             backups,
+            quota: quota.clone(),
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);
@@ -175,7 +180,8 @@ impl Node {
             tokio::spawn(enter_cluster(shared.clone()).instrument(span.clone())),
             tokio::spawn(publish_client_address(shared.clone()).instrument(span.clone())),
             tokio::spawn(bootstrap_admin(shared.clone()).instrument(span.clone())),
-            tokio::spawn(report_leadership(shared.clone()).instrument(span)),
+            tokio::spawn(report_leadership(shared.clone()).instrument(span.clone())),
+            tokio::spawn(quota.watch().instrument(span)),
         ];
         tracing::info!(node = config.id, %address, %peer_address, "node serving");
         Ok(Self {

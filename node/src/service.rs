@@ -110,6 +110,7 @@ impl NodeService {
         grants_revision: Option<u64>,
     ) -> Result<WriteResponse, LodeError> {
         lode_types::validate_client_write(&request.operations).map_err(LodeError::Invalid)?;
+        self.shared.quota.check(&request.operations)?;
         let mut operations = request.operations.clone();
         convert::cap_lease_ttls(
             &mut operations,

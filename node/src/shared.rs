@@ -37,6 +37,8 @@ pub struct Shared {
     pub auth: crate::auth::AuthCache,
     /// Backups being read from this member.
     pub backups: crate::backup::Backups,
+    /// The state's size and its quota.
+    pub quota: Arc<crate::storage_quota::StorageQuota>,
 }
 
 /// Voter ids in the current membership.

@@ -289,6 +289,36 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// Whether the operation may add to the stored state, so a member over
+    /// its storage quota refuses it. Removals, releases, renewals, expiry
+    /// changes, checks, the queue's claims and finishes and auth changes
+    /// keep working over the quota: they are how space is reclaimed, and
+    /// refusing them would wedge locks and queues.
+    pub fn grows_state(&self) -> bool {
+        match self {
+            Operation::Set { .. }
+            | Operation::Patch { .. }
+            | Operation::Copy { .. }
+            | Operation::AcquireLease { .. }
+            | Operation::Enqueue { .. }
+            | Operation::StateUpdate { .. }
+            | Operation::Counter { .. }
+            | Operation::SumV8 { .. } => true,
+            Operation::Delete { .. }
+            | Operation::SweepExpired { .. }
+            | Operation::Expire { .. }
+            | Operation::DeleteRange { .. }
+            | Operation::RenewLease { .. }
+            | Operation::ReleaseLease { .. }
+            | Operation::Check { .. }
+            | Operation::ClaimMessage { .. }
+            | Operation::FinishMessage { .. }
+            | Operation::RequeueOverdue { .. }
+            | Operation::Take { .. }
+            | Operation::Auth { .. } => false,
+        }
+    }
+
     /// Operations only the leader proposes (sweeps of expired entries,
     /// requeues of overdue deliveries); a client's write may not hold one.
     pub fn is_leader_only(&self) -> bool {

@@ -89,6 +89,28 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// Parses a size: `8GiB`, `512MiB`, `64KiB` or a bare number of bytes.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|character: char| !character.is_ascii_digit())
+        .map_or((text, ""), |at| text.split_at(at));
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("size {text:?} does not start with a number"))?;
+    let shift = match unit {
+        "" | "B" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        "TiB" => 40,
+        _ => return Err(format!("size {text:?} has unit {unit:?}; use B, KiB, MiB, GiB or TiB")),
+    };
+    number
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("size {text:?} is over {} bytes", u64::MAX))
+}
+
 /// SIGTERM and Ctrl-C, listened for from the moment it is made, so a signal
 /// that arrives while a node is still starting is not lost (nor fatal).
 pub struct StopSignal {

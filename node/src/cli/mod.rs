@@ -24,7 +24,7 @@ use lode_node::config::{Membership, NodeConfig};
 use lode_node::node::{Listeners, Node};
 use lode_node::tls::{MemberTls, TlsFiles};
 
-use helpers::{parse_duration, print_json, Endpoints, StopSignal};
+use helpers::{parse_bytes, parse_duration, print_json, Endpoints, StopSignal};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -109,6 +109,12 @@ pub struct NodeArguments {
     /// no other cluster's members.
     #[arg(long)]
     pub cluster_id: Option<lode_client::protocol::ClusterId>,
+    /// The state's size past which this member, as leader, refuses writes
+    /// that would grow it (`quota_exceeded`); deletes go on, and writes
+    /// resume by themselves once compaction reclaims space. `8GiB`,
+    /// `512MiB` or bytes.
+    #[arg(long, default_value = "8GiB", value_parser = parse_bytes)]
+    pub storage_bytes_max: u64,
     /// Applied entries between snapshots (the log before a snapshot is purged).
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_logs_max: u64,
@@ -393,6 +399,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     config.dedup_retention_ms = milliseconds(arguments.dedup_retention);
     config.change_log_events_max = arguments.change_log_events_max;
     config.change_log_bytes_max = arguments.change_log_bytes_max;
+    config.storage_bytes_max = arguments.storage_bytes_max;
     if let Some(path) = &arguments.bootstrap_token_file {
         config.bootstrap_token = Some(helpers::read_token_file(path).map_err(anyhow::Error::msg)?);
     }
@@ -579,5 +586,10 @@ mod tests {
         assert_eq!(parse_change_position("12.3"), Ok((12, 3)));
         assert_eq!(parse_change_position("12"), Ok((12, u32::MAX)));
         assert!(parse_change_position("x.1").is_err());
+        assert_eq!(parse_bytes("8GiB"), Ok(8 << 30));
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert!(parse_bytes("8GB").expect_err("unit").contains("use B, KiB"));
+        assert!(parse_bytes("99999999999TiB").expect_err("overflow").contains("over"));
     }
 }

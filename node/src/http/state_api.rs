@@ -38,6 +38,7 @@ fn failure(error: LodeError) -> Response {
         LodeError::Forbidden { .. } => "forbidden",
         LodeError::Timeout(_) => "timeout",
         LodeError::AmbiguousMutation { .. } => "ambiguous_mutation",
+        LodeError::QuotaExceeded { .. } => "quota_exceeded",
         _ => "unavailable",
     };
     let status = match code {
@@ -45,6 +46,7 @@ fn failure(error: LodeError) -> Response {
         "not_found" => StatusCode::NOT_FOUND,
         "unauthorized" => StatusCode::UNAUTHORIZED,
         "forbidden" => StatusCode::FORBIDDEN,
+        "quota_exceeded" => StatusCode::INSUFFICIENT_STORAGE,
         _ => StatusCode::SERVICE_UNAVAILABLE,
     };
     refused(status, code, error.to_string())

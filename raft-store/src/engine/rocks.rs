@@ -155,6 +155,33 @@ impl RocksEngine {
         self.root.join("snapshots")
     }
 
+    /// Bytes `spaces` hold: their live SST files and memtables. Deleted
+    /// and overwritten data counts until compaction drops it.
+    pub fn size_bytes(&self, spaces: &[Space]) -> Result<u64, EngineError> {
+        let guard = self.read()?;
+        let db = guard.as_ref().ok_or_else(Self::closed)?;
+        let mut total = 0u64;
+        for space in spaces {
+            let family = family(db, *space)?;
+            for property in ["rocksdb.live-sst-files-size", "rocksdb.cur-size-all-mem-tables"] {
+                total = total.saturating_add(db.property_int_value_cf(family, property)?.unwrap_or(0));
+            }
+        }
+        Ok(total)
+    }
+
+    /// Compacts every column family whole, dropping deleted and
+    /// overwritten data; reads and writes go on meanwhile. Slow: run it
+    /// off the async runtime.
+    pub fn compact(&self) -> Result<(), EngineError> {
+        let guard = self.read()?;
+        let db = guard.as_ref().ok_or_else(Self::closed)?;
+        for space in Space::ALL {
+            db.compact_range_cf(family(db, space)?, None::<&[u8]>, None::<&[u8]>);
+        }
+        Ok(())
+    }
+
     /// Opens a new engine under the fresh directory `root` whose database
     /// is the image of `total` bytes that `image` reads, checked as an
     /// install checks it. Answers the engine and the image's digest.
