@@ -544,7 +544,10 @@ pub trait LodeService {
         addresses: MemberAddresses,
         cluster: Option<ClusterId>,
     ) -> Result<ClusterStatus, LodeError>;
-    async fn remove_member(id: u64) -> Result<ClusterStatus, LodeError>;
+    /// Removes a member. A voter's removal is refused when the remaining
+    /// voters that answer the leader would be no quorum of the remaining
+    /// voters, unless `force`.
+    async fn remove_member(id: u64, force: bool) -> Result<ClusterStatus, LodeError>;
     /// A Raft message from a peer of cluster `cluster`, answered with
     /// openraft's response bytes. Served on the peer port only.
     async fn raft(cluster: ClusterId, kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError>;

@@ -497,9 +497,20 @@ impl Client {
         .await
     }
 
+    /// Removes a member; a voter only while the voters left that answer
+    /// the leader are a quorum of the voters left.
     pub async fn remove_member(&self, id: u64) -> Result<ClusterStatus, LodeError> {
         self.send(None, |client, context| async move {
-            client.remove_member(context, id).await
+            client.remove_member(context, id, false).await
+        })
+        .await
+    }
+
+    /// Removes a member even when the voters left could not reach a
+    /// quorum: the cluster may then stop until they answer again.
+    pub async fn remove_member_forced(&self, id: u64) -> Result<ClusterStatus, LodeError> {
+        self.send(None, |client, context| async move {
+            client.remove_member(context, id, true).await
         })
         .await
     }

@@ -27,6 +27,9 @@ use crate::convert;
 use crate::leadership::Leader;
 use crate::shared::{voter_ids, Shared};
 
+/// How long a removal's quorum check waits for each voter left to answer.
+const REMOVAL_PING_TIMEOUT_MS: u64 = 1_000;
+
 /// The largest snapshot image a member receives, in bytes. A received
 /// image is written to a file chunk by chunk, never held in memory; the
 /// bound keeps a chunk's offset from growing a file past any real state.
@@ -608,7 +611,50 @@ impl NodeService {
         }
     }
 
-    async fn remove_member_on_leader(&self, id: u64) -> Result<ClusterStatus, LodeError> {
+    /// Refuses removing voter `id` when the voters left that answer this
+    /// leader (itself included; the others asked on their peer ports,
+    /// concurrently) would be no quorum of the voters left.
+    async fn check_removal_keeps_quorum(
+        &self,
+        membership: &openraft::Membership<u64, Member>,
+        id: u64,
+    ) -> Result<(), LodeError> {
+        let left: Vec<u64> = membership.voter_ids().filter(|voter| *voter != id).collect();
+        let timeout = Duration::from_millis(REMOVAL_PING_TIMEOUT_MS);
+        let asks = left.iter().map(|voter| {
+            let address = membership.get_node(voter).map(|member| member.peer_address.clone());
+            async move {
+                if *voter == self.shared.id {
+                    return true;
+                }
+                let Some(address) = address else { return false };
+                let connection = self.shared.peers.get(&address);
+                let answer = connection
+                    .call(
+                        timeout,
+                        |client, context| async move { client.node_status(context).await },
+                    )
+                    .await;
+                matches!(answer, Ok(Ok(status)) if status.cluster_id == self.shared.cluster.get())
+            }
+        });
+        let answering: Vec<u64> = left
+            .iter()
+            .zip(futures::future::join_all(asks).await)
+            .filter_map(|(voter, answers)| answers.then_some(*voter))
+            .collect();
+        let quorum = left.len() / 2 + 1;
+        if answering.len() >= quorum {
+            return Ok(());
+        }
+        Err(LodeError::Invalid(format!(
+            "removing member {id} would leave voters {left:?}, of which only {answering:?} answer: \
+             {quorum} are needed for a quorum, so the cluster would stop; bring members back first, \
+             or pass --force to remove it anyway"
+        )))
+    }
+
+    async fn remove_member_on_leader(&self, id: u64, force: bool) -> Result<ClusterStatus, LodeError> {
         let _changing = self.shared.membership_changes.lock().await;
         self.require_voting_leader()?;
         let membership = self
@@ -622,8 +668,17 @@ impl NodeService {
         if membership.get_node(&id).is_none() {
             return Err(LodeError::NotFound(format!("member {id}")));
         }
+        let voter = membership.voter_ids().any(|voter| voter == id);
+        if voter && force {
+            tracing::warn!(
+                member = id,
+                "removing a voter without checking that the voters left reach a quorum (--force)"
+            );
+        } else if voter {
+            self.check_removal_keeps_quorum(&membership, id).await?;
+        }
         let ids = std::collections::BTreeSet::from([id]);
-        let change = if membership.voter_ids().any(|voter| voter == id) {
+        let change = if voter {
             ChangeMembers::RemoveVoters(ids)
         } else {
             ChangeMembers::RemoveNodes(ids)
@@ -719,15 +774,15 @@ impl NodeService {
         .await
     }
 
-    async fn remove_member_request(self, id: u64) -> Result<ClusterStatus, LodeError> {
+    async fn remove_member_request(self, id: u64, force: bool) -> Result<ClusterStatus, LodeError> {
         self.on_leader(
             id,
-            |client, context, id| async move { client.remove_member(context, id).await },
+            |client, context, id| async move { client.remove_member(context, id, force).await },
             |id| {
                 let service = self.clone();
                 async move {
                     service.require_leader()?;
-                    service.remove_member_on_leader(id).await
+                    service.remove_member_on_leader(id, force).await
                 }
             },
         )
@@ -889,11 +944,11 @@ impl LodeService for NodeService {
         self.add_member_request(id, addresses, cluster).instrument(span).await
     }
 
-    async fn remove_member(self, _context: Context, id: u64) -> Result<ClusterStatus, LodeError> {
+    async fn remove_member(self, _context: Context, id: u64, force: bool) -> Result<ClusterStatus, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
         let span = self.request_span("remove_member");
         self.allowed()?.require_admin("remove_member")?;
-        self.remove_member_request(id).instrument(span).await
+        self.remove_member_request(id, force).instrument(span).await
     }
 
     async fn backup_begin(self, _: Context) -> Result<(u64, lode_types::backup::BackupHeader), LodeError> {

@@ -425,3 +425,42 @@ fn a_dedup_retention_out_of_bounds_is_refused_at_start() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("dedup_retention_micros_min"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_that_would_lose_quorum_is_refused_unless_forced() {
+    let mut cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let down = cluster.a_follower(leader);
+    let healthy = (1..=3).find(|id| *id != leader && *id != down).expect("a third member");
+    cluster.kill(down);
+    // Removing the healthy follower would leave the leader and a member
+    // that does not answer: no quorum of two.
+    let refused = cluster.lode(&["cluster", "remove", &healthy.to_string()]);
+    assert!(!refused.status.success(), "{refused:?}");
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(message.contains("quorum") && message.contains("--force"), "{message}");
+    let status = cluster.client().cluster_status().await.expect("status");
+    assert_eq!(status.members.len(), 3, "nothing was removed");
+    // Forced, the change goes through once the member that was down
+    // answers again.
+    let healthy_text = healthy.to_string();
+    let forced = {
+        let endpoints = cluster.endpoints().join(",");
+        std::thread::spawn(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_lode"))
+                .args(["cluster", "remove", &healthy_text, "--force"])
+                .env("LODE_ENDPOINTS", endpoints)
+                .output()
+                .expect("run lode cluster remove --force")
+        })
+    };
+    cluster.restart(down);
+    let forced = forced.join().expect("the forced removal");
+    assert!(forced.status.success(), "{forced:?}");
+    assert!(
+        String::from_utf8_lossy(&forced.stderr).contains("without checking"),
+        "{forced:?}"
+    );
+    let status = cluster.client().cluster_status().await.expect("status");
+    assert!(status.members.iter().all(|member| member.id != healthy), "{status:?}");
+}

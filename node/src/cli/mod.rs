@@ -312,9 +312,14 @@ pub enum ClusterCommand {
         #[command(flatten)]
         endpoints: Endpoints,
     },
-    /// Remove a member.
+    /// Remove a member. A voter's removal is refused when the voters left
+    /// that answer the leader would be no quorum of the voters left.
     Remove {
         id: u64,
+        /// Remove it anyway: the cluster may stop until enough voters
+        /// answer again.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         endpoints: Endpoints,
     },
@@ -468,7 +473,16 @@ async fn run_cluster(command: ClusterCommand) -> Result<ExitCode, LodeError> {
             peer_address,
             endpoints,
         } => (endpoints.client()?.add_member(id, peer_address).await?, false),
-        ClusterCommand::Remove { id, endpoints } => (endpoints.client()?.remove_member(id).await?, false),
+        ClusterCommand::Remove { id, force, endpoints } => {
+            let client = endpoints.client()?;
+            let status = if force {
+                eprintln!("lode: removing member {id} without checking that the voters left reach a quorum");
+                client.remove_member_forced(id).await?
+            } else {
+                client.remove_member(id).await?
+            };
+            (status, false)
+        }
     };
     if json {
         print_json(&serde_json::to_value(&status).unwrap_or_default());
