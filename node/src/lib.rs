@@ -15,6 +15,7 @@ pub mod convert;
 pub mod embedded;
 pub mod http;
 pub mod leadership;
+pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod proposer;

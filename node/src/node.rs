@@ -62,6 +62,71 @@ pub struct Node {
     tasks: Vec<JoinHandle<()>>,
 }
 
+/// The member's metrics, with the gauges read from Raft and RocksDB when
+/// a scrape asks.
+struct MemberMetrics(Arc<Shared>);
+
+impl crate::http::MetricsSource for MemberMetrics {
+    fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.0.metrics
+    }
+
+    fn refresh(&self) {
+        refresh_gauges(&self.0);
+    }
+}
+
+fn refresh_gauges(shared: &Shared) {
+    let metrics = &shared.metrics;
+    let raft = shared.raft.metrics().borrow().clone();
+    let index = |log_id: Option<openraft::LogId<u64>>| log_id.map_or(0, |log_id| log_id.index) as i64;
+    metrics.term.set(raft.current_term as i64);
+    metrics.leader.set(raft.current_leader.unwrap_or(0) as i64);
+    metrics.is_leader.set(i64::from(raft.current_leader == Some(shared.id)));
+    metrics.applied_index.set(index(raft.last_applied));
+    metrics.last_log_index.set(raft.last_log_index.unwrap_or(0) as i64);
+    metrics.snapshot_index.set(index(raft.snapshot));
+    metrics.replication_lag.clear();
+    if let Some(replication) = &raft.replication {
+        let last = raft.last_log_index.unwrap_or(0);
+        for (follower, matched) in replication.iter().filter(|(follower, _)| **follower != shared.id) {
+            let lag = last.saturating_sub(matched.map_or(0, |log_id| log_id.index));
+            let labels = crate::metrics::FollowerLabels {
+                follower: follower.to_string(),
+            };
+            metrics.replication_lag.get_or_create(&labels).set(lag as i64);
+        }
+    }
+    metrics
+        .quorum_ack_age_seconds
+        .set(raft.millis_since_quorum_ack.map_or(0.0, |age| age as f64 / 1000.0));
+    metrics.quota_bytes.set(shared.quota.quota_bytes() as i64);
+    metrics.quota_used_bytes.set(shared.quota.used_bytes() as i64);
+    metrics
+        .requests_in_flight
+        .set(Arc::strong_count(&shared.in_flight) as i64 - 1);
+    if let Some(rocks) = shared.state_engine.as_rocks() {
+        match rocks.properties() {
+            Ok(properties) => {
+                metrics.state_bytes.set(properties.live_bytes as i64);
+                metrics.memtable_bytes.set(properties.memtable_bytes as i64);
+                metrics
+                    .pending_compaction_bytes
+                    .set(properties.pending_compaction_bytes as i64);
+                metrics.dedup_records.set(properties.dedup_records as i64);
+            }
+            Err(error) => tracing::warn!(%error, "reading RocksDB's properties failed"),
+        }
+    }
+    match shared.reader.change_log_size() {
+        Ok((events, bytes)) => {
+            metrics.change_log_events.set(events as i64);
+            metrics.change_log_bytes.set(bytes as i64);
+        }
+        Err(error) => tracing::warn!(%error, "reading the change log's size failed"),
+    }
+}
+
 /// The node's answers to its HTTP port's questions about callers.
 struct MemberAuthView(Arc<Shared>);
 
@@ -105,15 +170,21 @@ impl Node {
             ),
         };
         let (log_engine, state_engine) = (Arc::new(log_engine), Arc::new(state_engine));
+        let metrics = Arc::new(crate::metrics::Metrics::new());
         let backups = crate::backup::Backups::new(state_engine.clone());
         let quota = Arc::new(crate::storage_quota::StorageQuota::new(
             state_engine.clone(),
             config.storage_bytes_max,
         ));
-        let state_machine = StateMachineStore::open(state_engine)?;
+        let mut state_machine = StateMachineStore::open(state_engine.clone())?;
         let reader = state_machine.reader();
         let snapshot_on_disk = state_machine.snapshot_on_disk();
-        let log_store = LogStore::new(log_engine).purging_only_behind(snapshot_on_disk, PURGE_WAIT_FOR_SNAPSHOT);
+        let mut log_store = LogStore::new(log_engine).purging_only_behind(snapshot_on_disk, PURGE_WAIT_FOR_SNAPSHOT);
+        // Timed on disk only: a simulated run records nothing.
+        if matches!(config.storage, Storage::Disk) {
+            state_machine = state_machine.observed_by(metrics.clone());
+            log_store = log_store.observed_by(metrics.clone());
+        }
         let cluster = Arc::new(ClusterIdentity::open(log_store.clone())?);
         settle_cluster_id(&config, &cluster).await?;
         let raft_config = Config {
@@ -168,6 +239,8 @@ impl Node {
             auth,
             backups,
             quota: quota.clone(),
+            metrics,
+            state_engine,
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);
@@ -196,6 +269,11 @@ impl Node {
     /// The address the node serves clients on.
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// The metrics the HTTP port serves.
+    pub fn metrics_source(&self) -> Arc<dyn crate::http::MetricsSource> {
+        Arc::new(MemberMetrics(self.shared.clone()))
     }
 
     /// What the HTTP port asks this node about its callers.
@@ -600,6 +678,9 @@ async fn report_leadership(shared: Arc<Shared>) {
             return;
         }
         if current != last {
+            if current.1 != last.1 && current.1.is_some() {
+                shared.metrics.leader_changes.inc();
+            }
             tracing::info!(term = current.0, leader = ?current.1, "leadership changed");
             last = current;
         }

@@ -47,6 +47,16 @@ pub enum Port {
     Peer,
 }
 
+impl Port {
+    /// The port's name in metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Port::Client => "client",
+            Port::Peer => "peer",
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct NodeService {
     pub shared: Arc<Shared>,
@@ -861,12 +871,29 @@ fn filter_answer(allowed: &Allowed, mut response: ReadResponse) -> ReadResponse 
 impl LodeService for NodeService {
     async fn write(self, _context: Context, request: WriteRequest) -> Result<WriteResponse, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
+        let began = tokio::time::Instant::now();
+        let (metrics, port, api) = (
+            self.shared.metrics.clone(),
+            self.port.label(),
+            crate::metrics::write_api(&request.operations),
+        );
         let span = self.request_span("write");
-        let allowed = self.allowed()?;
-        allowed.check_write(&request.operations)?;
-        self.write_request(request, allowed.grants_revision())
-            .instrument(span)
-            .await
+        let result = async {
+            let allowed = self.allowed()?;
+            allowed.check_write(&request.operations)?;
+            self.write_request(request, allowed.grants_revision()).await
+        }
+        .instrument(span)
+        .await;
+        let outcome = crate::metrics::outcome(&result);
+        let labels = crate::metrics::RequestLabels {
+            api,
+            call: "write",
+            outcome,
+            port,
+        };
+        metrics.observe_request(labels, began.elapsed());
+        result
     }
 
     async fn write_checked(
@@ -887,11 +914,29 @@ impl LodeService for NodeService {
 
     async fn read(self, _context: Context, request: ReadRequest) -> Result<ReadResponse, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
+        let began = tokio::time::Instant::now();
+        let (metrics, port, api) = (
+            self.shared.metrics.clone(),
+            self.port.label(),
+            crate::metrics::read_api(&request.query),
+        );
         let span = self.request_span("read");
-        let allowed = self.allowed()?;
-        allowed.check_query(&request.query)?;
-        let response = async move { self.read_request(request).await }.instrument(span).await?;
-        Ok(filter_answer(&allowed, response))
+        let result = async move {
+            let allowed = self.allowed()?;
+            allowed.check_query(&request.query)?;
+            let response = self.read_request(request).await?;
+            Ok(filter_answer(&allowed, response))
+        }
+        .instrument(span)
+        .await;
+        let labels = crate::metrics::RequestLabels {
+            api,
+            call: "read",
+            outcome: crate::metrics::outcome(&result),
+            port,
+        };
+        metrics.observe_request(labels, began.elapsed());
+        result
     }
 
     async fn cluster_status(self, _context: Context) -> Result<ClusterStatus, LodeError> {

@@ -39,6 +39,9 @@ pub struct Shared {
     pub backups: crate::backup::Backups,
     /// The state's size and its quota.
     pub quota: Arc<crate::storage_quota::StorageQuota>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// The state engine, for the metrics' RocksDB properties.
+    pub state_engine: Arc<SelectedEngine>,
 }
 
 /// Voter ids in the current membership.

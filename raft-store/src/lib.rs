@@ -19,6 +19,7 @@ pub mod keys;
 pub use lode_types::limits;
 pub mod log_store;
 pub mod merge_patch;
+pub mod observer;
 pub mod queue;
 pub mod reader;
 pub mod runtime;

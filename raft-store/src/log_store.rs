@@ -33,6 +33,7 @@ pub struct LogStore<E: Engine> {
     /// When set, purges wait (this long at most) for the snapshot on disk
     /// to cover them, and stop at it.
     purge_limit: Option<(SnapshotOnDisk, Duration)>,
+    observer: crate::observer::Observer,
 }
 
 impl<E: Engine> Clone for LogStore<E> {
@@ -40,6 +41,7 @@ impl<E: Engine> Clone for LogStore<E> {
         Self {
             engine: self.engine.clone(),
             purge_limit: self.purge_limit.clone(),
+            observer: self.observer.clone(),
         }
     }
 }
@@ -55,7 +57,14 @@ impl<E: Engine> LogStore<E> {
         Self {
             engine,
             purge_limit: None,
+            observer: None,
         }
+    }
+
+    /// Reports every append's entries and time to `observer`.
+    pub fn observed_by(mut self, observer: std::sync::Arc<dyn crate::observer::StorageObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// Purges no entry the snapshot on disk does not cover, whatever
@@ -200,9 +209,12 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let began = self.observer.as_ref().map(|_| tokio::time::Instant::now());
         let mut batch = WriteBatch::default();
         let mut previous_index: Option<u64> = None;
+        let mut appended = 0usize;
         for entry in entries {
+            appended += 1;
             // openraft hands over a contiguous run; a gap would leave a
             // hole in the log that a later read takes for a purge.
             debug_assert!(
@@ -223,6 +235,9 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         };
         match result {
             Ok(()) => {
+                if let (Some(observer), Some(began)) = (&self.observer, began) {
+                    observer.log_appended(appended, began.elapsed());
+                }
                 callback.log_io_completed(Ok(()));
                 Ok(())
             }

@@ -152,6 +152,16 @@ impl<E: Engine> StateReader<E> {
         Ok(digest)
     }
 
+    /// The events and bytes the change log keeps.
+    pub fn change_log_size(&self) -> Result<(u64, u64), EngineError> {
+        use crate::apply::change_log::read_counter;
+        use crate::keys::meta;
+        Ok((
+            read_counter(self.engine.as_ref(), meta::CHANGE_COUNT)?,
+            read_counter(self.engine.as_ref(), meta::CHANGE_BYTES)?,
+        ))
+    }
+
     /// The log index of the last entry applied on this replica.
     pub fn applied_index(&self) -> u64 {
         self.applied.get()

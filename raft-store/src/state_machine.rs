@@ -31,6 +31,7 @@ pub struct StateMachineStore<E: Engine> {
     auth_version: AppliedIndex,
     snapshot_sequence: u64,
     stored_snapshot: SnapshotOnDisk,
+    observer: crate::observer::Observer,
 }
 
 /// The last log id of the snapshot on disk, and the lock every snapshot
@@ -130,7 +131,15 @@ impl<E: Engine> StateMachineStore<E> {
             stored_snapshot: SnapshotOnDisk {
                 last_log_id: Arc::new(std::sync::Mutex::new(stored_snapshot)),
             },
+            observer: None,
         })
+    }
+
+    /// Reports every applied entry, snapshot build and install to
+    /// `observer`.
+    pub fn observed_by(mut self, observer: Arc<dyn crate::observer::StorageObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The snapshot on disk, for the log store to purge no further.
@@ -201,6 +210,7 @@ pub struct SnapshotBuilder<E: Engine> {
     engine: Arc<E>,
     stored_snapshot: SnapshotOnDisk,
     taken: Result<(E::Checkpoint, SnapshotMeta<NodeId, Member>), String>,
+    observer: crate::observer::Observer,
 }
 
 impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
@@ -209,6 +219,7 @@ impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
         let (checkpoint, meta) = taken
             .map_err(|message| read_error(EngineError::io("taking a checkpoint", std::io::Error::other(message))))?;
         let stored_snapshot = self.stored_snapshot.clone();
+        let began = tokio::time::Instant::now();
         let (meta, image) = run_blocking(&self.engine, move |engine| {
             let image = engine.pack(checkpoint)?;
             if !save_if_newer(engine, &stored_snapshot, &meta, &image)? {
@@ -221,6 +232,13 @@ impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
         .await
         .map_err(write_error)?;
         tracing::info!(snapshot = %meta.snapshot_id, image = ?image, "built snapshot");
+        if let Some(observer) = &self.observer {
+            let bytes = image.path().and_then(|path| std::fs::metadata(path).ok()).map_or_else(
+                || image.bytes().map_or(0, |bytes| bytes.len() as u64),
+                |metadata| metadata.len(),
+            );
+            observer.snapshot_built(bytes, began.elapsed());
+        }
         Ok(Snapshot {
             meta,
             snapshot: Box::new(image),
@@ -247,7 +265,15 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         let mut outcomes = Vec::new();
         let mut last_index = None;
         for entry in entries {
+            let began = self.observer.as_ref().map(|_| tokio::time::Instant::now());
             outcomes.push(self.apply_entry(&entry).map_err(write_error)?);
+            if let (Some(observer), Some(began)) = (&self.observer, began) {
+                let commands = match &entry.payload {
+                    EntryPayload::Normal(proposal) => proposal.commands.len(),
+                    _ => 0,
+                };
+                observer.entry_applied(commands, began.elapsed());
+            }
             last_index = Some(entry.log_id.index);
         }
         if let Some(index) = last_index {
@@ -284,6 +310,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
             engine,
             stored_snapshot: self.stored_snapshot.clone(),
             taken,
+            observer: self.observer.clone(),
         }
     }
 
@@ -301,6 +328,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
     ) -> Result<(), StorageError<NodeId>> {
         let stored_snapshot = self.stored_snapshot.clone();
         let saved_meta = meta.clone();
+        let began = tokio::time::Instant::now();
         let installed = run_blocking(&self.engine, move |engine| {
             let image = engine.adopt_image(*snapshot)?;
             // A bad or truncated image is refused before anything is saved
@@ -338,6 +366,9 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         // The restored state may hold other users, roles and tokens.
         self.auth_version.set(self.auth_version.get().wrapping_add(1));
         tracing::info!(snapshot = %meta.snapshot_id, "installed snapshot");
+        if let Some(observer) = &self.observer {
+            observer.snapshot_installed(began.elapsed());
+        }
         Ok(())
     }
 

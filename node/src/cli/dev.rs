@@ -119,6 +119,7 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
         let mut http_config = HttpConfig::new(node.address(), Some(access_token));
         http_config.member_token = Some(node.member_token());
         http_config.auth = Some(node.auth_view());
+        http_config.metrics = Some(node.metrics_source());
         http_config.tls = tls.clone();
         let http = HttpServer::start(lode_client::facade::bind(&http_address).await?, http_config)?;
         http_ports.push(http);

@@ -417,6 +417,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
             config.auth = Some(node.auth_view());
             config.metrics_role = arguments.metrics_role.clone();
             config.ready_lag_entries_max = arguments.ready_lag_entries_max;
+            config.metrics = Some(node.metrics_source());
             config.advertise = arguments.http_advertise.clone();
             config.tls = tls;
             config.connections_max = arguments.http_connections_max;

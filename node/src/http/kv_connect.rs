@@ -227,7 +227,7 @@ pub(super) async fn metadata_exchange(
     Extension(caller): Extension<Caller>,
     body: Bytes,
 ) -> Response {
-    gateway.counters.count("metadata");
+    super::metrics::count(&gateway, "metadata");
     let version = match negotiate(&body) {
         Ok(version) => version,
         Err(message) => return text(StatusCode::BAD_REQUEST, message),
@@ -262,7 +262,7 @@ pub(super) async fn snapshot_read(
     Path(consistency): Path<String>,
     body: Bytes,
 ) -> Response {
-    gateway.counters.count("snapshot_read");
+    super::metrics::count(&gateway, "snapshot_read");
     let Admitted {
         clients,
         consistency,
@@ -315,7 +315,7 @@ pub(super) async fn atomic_write(
     Path(consistency): Path<String>,
     body: Bytes,
 ) -> Response {
-    gateway.counters.count("atomic_write");
+    super::metrics::count(&gateway, "atomic_write");
     let (write, clients) = match admit::<pb::AtomicWrite>(&gateway, &caller, &consistency, &body) {
         Ok(admitted) => (admitted.message, admitted.clients),
         Err(refused) => return refused.into_response(),

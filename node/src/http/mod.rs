@@ -35,7 +35,7 @@ use crate::accept::{accept_loop, PortSettings, TlsPort};
 use crate::tls::MemberTls;
 
 pub use caller::AuthView;
-pub use metrics::Counters;
+pub use metrics::MetricsSource;
 
 /// Longest time a request's header may take to arrive.
 pub const HEADER_READ_MS_MAX_DEFAULT: u64 = 10_000;
@@ -69,6 +69,8 @@ pub struct HttpConfig {
     /// How far behind the leader's applied index `/ready` still answers
     /// 200.
     pub ready_lag_entries_max: u64,
+    /// The member's metrics; `None`: the port's own only.
+    pub metrics: Option<Arc<dyn MetricsSource>>,
 }
 
 impl HttpConfig {
@@ -86,6 +88,7 @@ impl HttpConfig {
             header_read_ms_max: HEADER_READ_MS_MAX_DEFAULT,
             member_token: None,
             ready_lag_entries_max: readiness::READY_LAG_ENTRIES_MAX_DEFAULT,
+            metrics: None,
         }
     }
 }
@@ -101,7 +104,7 @@ pub(crate) struct Gateway {
     scheme: &'static str,
     /// Turns true when the port shuts down; watches end on it.
     stopping: signal::Receiver<bool>,
-    counters: Counters,
+    metrics: Arc<dyn MetricsSource>,
     /// The role `/metrics` needs, if any.
     metrics_role: Option<String>,
     /// How far behind the leader a ready member may be.
@@ -136,7 +139,10 @@ impl HttpServer {
             advertise: config.advertise.clone().unwrap_or_else(|| address.to_string()),
             scheme: if config.tls.is_some() { "https" } else { "http" },
             stopping: stopping.clone(),
-            counters: Counters::default(),
+            metrics: config
+                .metrics
+                .clone()
+                .unwrap_or_else(|| Arc::new(metrics::PortOnly(crate::metrics::Metrics::new()))),
             metrics_role: config.metrics_role.clone(),
             ready_lag_entries_max: config.ready_lag_entries_max,
         });

@@ -40,7 +40,7 @@ pub(super) async fn watch(
     Path(consistency): Path<String>,
     body: Bytes,
 ) -> Response {
-    gateway.counters.count("watch");
+    super::metrics::count(&gateway, "watch");
     let Admitted {
         clients,
         consistency,

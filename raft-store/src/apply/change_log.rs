@@ -26,7 +26,7 @@ pub(super) fn user_key(entry_key: &[u8]) -> Option<(String, Vec<u8>)> {
     keys::split_entry_key(entry_key).filter(|(namespace, _)| !namespace.starts_with('\0'))
 }
 
-fn read_counter<E: Engine>(engine: &E, key: &[u8]) -> Result<u64, EngineError> {
+pub(crate) fn read_counter<E: Engine>(engine: &E, key: &[u8]) -> Result<u64, EngineError> {
     match engine.get(Space::StateMeta, key)? {
         Some(bytes) => decode("change log counter", &bytes),
         None => Ok(0),

@@ -15,7 +15,7 @@
 //! the file of its family) that applies it to the [`ApplyContext`].
 
 mod auth;
-mod change_log;
+pub(crate) mod change_log;
 mod checks;
 mod context;
 mod dedup;

@@ -76,6 +76,17 @@ struct CurrentSnapshot {
     record: Vec<u8>,
 }
 
+/// RocksDB's figures for a member's metrics, summed over column families.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RocksProperties {
+    /// Live SST files and memtables of every space but the change log.
+    pub live_bytes: u64,
+    pub memtable_bytes: u64,
+    pub pending_compaction_bytes: u64,
+    /// RocksDB's estimate of the dedup records' count.
+    pub dedup_records: u64,
+}
+
 /// A received image unpacked into `db.installing/` and opened once.
 pub struct RocksPrepared {
     directory: PathBuf,
@@ -168,6 +179,27 @@ impl RocksEngine {
             }
         }
         Ok(total)
+    }
+
+    /// RocksDB's own figures for a member's metrics.
+    pub fn properties(&self) -> Result<RocksProperties, EngineError> {
+        let guard = self.read()?;
+        let db = guard.as_ref().ok_or_else(Self::closed)?;
+        let mut properties = RocksProperties::default();
+        for space in Space::ALL {
+            let family = family(db, space)?;
+            let value = |name: &str| db.property_int_value_cf(family, name).map(|value| value.unwrap_or(0));
+            let memtable = value("rocksdb.cur-size-all-mem-tables")?;
+            properties.memtable_bytes += memtable;
+            if space != Space::ChangeLog {
+                properties.live_bytes += value("rocksdb.live-sst-files-size")? + memtable;
+            }
+            properties.pending_compaction_bytes += value("rocksdb.estimate-pending-compaction-bytes")?;
+            if space == Space::Dedup {
+                properties.dedup_records = value("rocksdb.estimate-num-keys")?;
+            }
+        }
+        Ok(properties)
     }
 
     /// Compacts every column family whole, dropping deleted and

@@ -1,0 +1,100 @@
+//! `/metrics` on a real member: the metrics a slow write is explained by
+//! move with writes, and every series the Grafana dashboard in
+//! `docs/grafana-dashboard.json` queries exists.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use support::TestCluster;
+
+/// The names of the series a dashboard's queries read.
+fn dashboard_series() -> BTreeSet<String> {
+    let text = include_str!("../../docs/grafana-dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_str(text).expect("the dashboard is JSON");
+    let mut names = BTreeSet::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let query = target["expr"].as_str().expect("a query");
+            let mut rest = query;
+            while let Some(at) = rest.find("lode_") {
+                let name: String = rest[at..]
+                    .chars()
+                    .take_while(|character| character.is_ascii_alphanumeric() || *character == '_')
+                    .collect();
+                rest = &rest[at + name.len()..];
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// The series names a scrape holds, with their value on the first line.
+fn scraped(body: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut series = std::collections::BTreeMap::new();
+    for line in body.lines().filter(|line| !line.starts_with('#')) {
+        let name: String = line
+            .chars()
+            .take_while(|character| character.is_ascii_alphanumeric() || *character == '_')
+            .collect();
+        let value = line
+            .rsplit(' ')
+            .next()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0.0);
+        series.entry(name).or_insert(value);
+    }
+    series
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_series_of_the_dashboard_exists_and_writes_move_the_write_metrics() {
+    let cluster = TestCluster::start_with_http(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let kv = cluster.client_of(leader).kv("config");
+    for index in 0..20 {
+        kv.set(format!("key-{index}")).bytes("value").send().await.expect("set");
+    }
+    let address = cluster.kv_connect_url(leader).trim_start_matches("http://").to_owned();
+    let (status, body) = support::get(&address, "/metrics", None);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.trim_end().ends_with("# EOF"), "OpenMetrics text ends with EOF");
+    let series = scraped(&body);
+    let missing: Vec<String> = dashboard_series()
+        .into_iter()
+        .filter(|name| !series.contains_key(name))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries series no member exports: {missing:?}"
+    );
+    assert!(series["lode_log_append_duration_seconds_count"] >= 20.0, "{body}");
+    assert!(series["lode_apply_duration_seconds_count"] >= 20.0);
+    assert!(series["lode_commands_per_entry_count"] >= 1.0);
+    assert_eq!(series["lode_raft_is_leader"], 1.0);
+    assert!(series["lode_state_bytes"] > 0.0);
+    assert!(series["lode_quota_bytes"] > 0.0);
+    let writes = body
+        .lines()
+        .find(|line| {
+            line.starts_with("lode_request_duration_seconds_count")
+                && line.contains("api=\"kv\"")
+                && line.contains("call=\"write\"")
+                && line.contains("outcome=\"ok\"")
+        })
+        .expect("a count of kv writes");
+    let count: f64 = writes
+        .rsplit(' ')
+        .next()
+        .and_then(|value| value.parse().ok())
+        .expect("a count");
+    assert!(count >= 20.0, "{writes}");
+    // Every follower shows on the leader with its lag.
+    for id in (1..=3).filter(|id| *id != leader) {
+        assert!(
+            body.contains(&format!("lode_raft_replication_lag_entries{{follower=\"{id}\"}}")),
+            "{body}"
+        );
+    }
+}

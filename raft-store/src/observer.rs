@@ -1,0 +1,22 @@
+//! What the storage layer reports of its own work, for a member's metrics:
+//! log appends (one synced batch each), entries applied, snapshots built
+//! and installed. The node implements it with Prometheus histograms; the
+//! simulation sets none, so nothing is timed there.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Receives the storage layer's timings; every method defaults to nothing.
+pub trait StorageObserver: Send + Sync + 'static {
+    /// `entries` log entries were appended and synced in `duration`.
+    fn log_appended(&self, _entries: usize, _duration: Duration) {}
+    /// One log entry of `commands` commands was applied in `duration`.
+    fn entry_applied(&self, _commands: usize, _duration: Duration) {}
+    /// A snapshot image of `bytes` was built in `duration`.
+    fn snapshot_built(&self, _bytes: u64, _duration: Duration) {}
+    /// A received snapshot was checked and installed in `duration`.
+    fn snapshot_installed(&self, _duration: Duration) {}
+}
+
+/// An observer, when one is set.
+pub type Observer = Option<Arc<dyn StorageObserver>>;
