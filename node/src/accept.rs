@@ -48,8 +48,26 @@ pub struct PortSettings {
     pub tls: Option<(Arc<MemberTls>, TlsPort)>,
     pub connections_max: usize,
     pub tls_handshake: Duration,
-    /// The port's name in logs.
+    /// The port's name in logs and metrics.
     pub name: &'static str,
+    /// The port's open connections, for its metrics.
+    pub open: prometheus_client::metrics::gauge::Gauge,
+}
+
+/// Counts one open connection for as long as it lives.
+struct OpenConnection(prometheus_client::metrics::gauge::Gauge);
+
+impl OpenConnection {
+    fn new(open: &prometheus_client::metrics::gauge::Gauge) -> Self {
+        open.inc();
+        Self(open.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// Accepts connections until `stop` turns true, and runs `serve` on each
@@ -91,8 +109,10 @@ pub async fn accept_loop<F, Fut>(
         };
         let (serve, settings) = (serve.clone(), settings.clone());
         let stop_connection = stop.clone();
+        let open = OpenConnection::new(&settings.open);
         let connection = async move {
             let _permit = permit;
+            let _open = open;
             if let Some((stream, name)) = handshake(stream, &settings).await {
                 serve(stream, name, stop_connection).await;
             }

@@ -45,6 +45,12 @@ pub struct FollowerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PortLabels {
+    /// client, peer or http.
+    pub port: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
     pub call: &'static str,
 }
@@ -80,6 +86,7 @@ pub struct Metrics {
     pub change_log_bytes: Gauge,
     pub dedup_records: Gauge,
     pub requests_in_flight: Gauge,
+    pub connections_open: Family<PortLabels, Gauge>,
     pub kv_connect_requests: Family<CallLabels, Counter>,
 }
 
@@ -120,6 +127,7 @@ impl Metrics {
             change_log_bytes: Gauge::default(),
             dedup_records: Gauge::default(),
             requests_in_flight: Gauge::default(),
+            connections_open: Family::default(),
             kv_connect_requests: Family::default(),
         };
         metrics.register();
@@ -260,6 +268,11 @@ impl Metrics {
             self.requests_in_flight.clone(),
         );
         registry.register(
+            "connections_open",
+            "Connections open, by port",
+            self.connections_open.clone(),
+        );
+        registry.register(
             "kv_connect_requests",
             "KV Connect requests received, by call",
             self.kv_connect_requests.clone(),
@@ -269,6 +282,11 @@ impl Metrics {
     /// Records one call's latency and outcome.
     pub fn observe_request(&self, labels: RequestLabels, duration: Duration) {
         self.requests.get_or_create(&labels).observe(duration.as_secs_f64());
+    }
+
+    /// The gauge of `port`'s open connections.
+    pub fn connections_open(&self, port: &'static str) -> Gauge {
+        self.connections_open.get_or_create(&PortLabels { port }).clone()
     }
 
     /// The Prometheus text of every metric.

@@ -341,6 +341,7 @@ async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, sto
         connections_max,
         tls_handshake: Duration::from_millis(config.tls_handshake_ms_max),
         name,
+        open: shared.metrics.connections_open(name),
     };
     let limits = rpc::ServerLimits {
         frame_bytes_max,

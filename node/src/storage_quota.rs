@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use lode_client::LodeError;
 use lode_raft_store::command::Operation;
-use lode_raft_store::engine::Space;
 use lode_raft_store::SelectedEngine;
 
 /// The quota when none is given.
@@ -35,17 +34,6 @@ const USAGE_INTERVAL: Duration = Duration::from_secs(1);
 const COMPACT_AT_PERCENT: u64 = 90;
 /// The shortest time between two compactions.
 const COMPACT_INTERVAL_MIN: Duration = Duration::from_secs(5);
-/// The spaces the quota counts: all but the change log.
-const COUNTED_SPACES: [Space; 7] = [
-    Space::Log,
-    Space::RaftMeta,
-    Space::Entries,
-    Space::Expiry,
-    Space::Dedup,
-    Space::DedupByTime,
-    Space::StateMeta,
-];
-const _: () = assert!(COUNTED_SPACES.len() + 1 == Space::ALL.len());
 
 /// The quota and the state's size as last read.
 pub struct StorageQuota {
@@ -109,12 +97,10 @@ impl StorageQuota {
         loop {
             tokio::time::sleep(USAGE_INTERVAL).await;
             let engine = self.engine.clone();
-            let size =
-                tokio::task::spawn_blocking(move || engine.as_rocks().map(|rocks| rocks.size_bytes(&COUNTED_SPACES)))
-                    .await;
-            match size {
-                Ok(Some(Ok(size))) => {
-                    self.used_bytes.store(size, Ordering::Relaxed);
+            let read = tokio::task::spawn_blocking(move || engine.as_rocks().map(|rocks| rocks.properties())).await;
+            match read {
+                Ok(Some(Ok(properties))) => {
+                    self.used_bytes.store(properties.live_bytes, Ordering::Relaxed);
                     self.admitted_bytes.store(0, Ordering::Relaxed);
                 }
                 Ok(Some(Err(error))) => tracing::warn!(%error, "reading the state's size failed"),

@@ -90,6 +90,12 @@ async fn every_series_of_the_dashboard_exists_and_writes_move_the_write_metrics(
         .and_then(|value| value.parse().ok())
         .expect("a count");
     assert!(count >= 20.0, "{writes}");
+    for port in ["client", "peer", "http"] {
+        assert!(
+            body.contains(&format!("lode_connections_open{{port=\"{port}\"}}")),
+            "{body}"
+        );
+    }
     // Every follower shows on the leader with its lag.
     for id in (1..=3).filter(|id| *id != leader) {
         assert!(

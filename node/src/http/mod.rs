@@ -162,12 +162,13 @@ impl HttpServer {
             .route("/ready", get(readiness::ready))
             .route("/metrics", get(metrics::metrics))
             .layer(axum::extract::DefaultBodyLimit::max(kv_connect::BODY_BYTES_MAX))
-            .with_state(gateway);
+            .with_state(gateway.clone());
         let settings = PortSettings {
             tls: config.tls.clone().map(|tls| (tls, TlsPort::Http)),
             connections_max: config.connections_max,
             tls_handshake: Duration::from_millis(config.tls_handshake_ms_max),
             name: "http",
+            open: gateway.metrics.metrics().connections_open("http"),
         };
         let header_read = Duration::from_millis(config.header_read_ms_max);
         let serve_one =

@@ -79,7 +79,9 @@ struct CurrentSnapshot {
 /// RocksDB's figures for a member's metrics, summed over column families.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RocksProperties {
-    /// Live SST files and memtables of every space but the change log.
+    /// Live SST files and memtables of every space but the change log
+    /// (which `--change-log-bytes-max` bounds on its own). Deleted and
+    /// overwritten data counts until compaction drops it.
     pub live_bytes: u64,
     pub memtable_bytes: u64,
     pub pending_compaction_bytes: u64,
@@ -166,22 +168,8 @@ impl RocksEngine {
         self.root.join("snapshots")
     }
 
-    /// Bytes `spaces` hold: their live SST files and memtables. Deleted
-    /// and overwritten data counts until compaction drops it.
-    pub fn size_bytes(&self, spaces: &[Space]) -> Result<u64, EngineError> {
-        let guard = self.read()?;
-        let db = guard.as_ref().ok_or_else(Self::closed)?;
-        let mut total = 0u64;
-        for space in spaces {
-            let family = family(db, *space)?;
-            for property in ["rocksdb.live-sst-files-size", "rocksdb.cur-size-all-mem-tables"] {
-                total = total.saturating_add(db.property_int_value_cf(family, property)?.unwrap_or(0));
-            }
-        }
-        Ok(total)
-    }
-
-    /// RocksDB's own figures for a member's metrics.
+    /// RocksDB's own figures: the state's size (what the storage quota
+    /// counts) and a member's metrics.
     pub fn properties(&self) -> Result<RocksProperties, EngineError> {
         let guard = self.read()?;
         let db = guard.as_ref().ok_or_else(Self::closed)?;
