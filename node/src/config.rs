@@ -89,6 +89,11 @@ pub struct NodeConfig {
     /// The state's size past which this member as leader refuses writes
     /// that grow it.
     pub storage_bytes_max: u64,
+    /// How far behind the leader's log a learner may be and count as
+    /// caught up.
+    pub promote_lag_entries_max: u64,
+    /// How long a learner stays caught up before the leader promotes it.
+    pub promote_caught_up_ms: u64,
 }
 
 impl NodeConfig {
@@ -119,6 +124,8 @@ impl NodeConfig {
             clock_offset_micros: 0,
             bootstrap_token: None,
             storage_bytes_max: crate::storage_quota::STORAGE_BYTES_MAX_DEFAULT,
+            promote_lag_entries_max: 1_000,
+            promote_caught_up_ms: 3_000,
         }
     }
 }

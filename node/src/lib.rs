@@ -18,6 +18,7 @@ pub mod leadership;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod promotion;
 pub mod proposer;
 pub mod reads;
 pub mod service;

@@ -254,6 +254,10 @@ impl Node {
             tokio::spawn(publish_client_address(shared.clone()).instrument(span.clone())),
             tokio::spawn(bootstrap_admin(shared.clone()).instrument(span.clone())),
             tokio::spawn(report_leadership(shared.clone()).instrument(span.clone())),
+            tokio::spawn(
+                crate::promotion::promote_learners(shared.clone(), NodeService::background(shared.clone()))
+                    .instrument(span.clone()),
+            ),
             tokio::spawn(quota.watch().instrument(span)),
         ];
         tracing::info!(node = config.id, %address, %peer_address, "node serving");
@@ -483,7 +487,11 @@ async fn join(shared: &Shared, seed: &str) {
             .await;
         match added {
             Ok(status) => {
-                tracing::info!(node = shared.id, leader = ?status.leader, "joined the cluster as a voter");
+                tracing::info!(
+                    node = shared.id,
+                    leader = ?status.leader,
+                    "joined the cluster as a learner; the leader promotes it once it keeps up"
+                );
                 return;
             }
             Err(error) => {
@@ -523,11 +531,7 @@ async fn settle_cluster_id(config: &NodeConfig, cluster: &ClusterIdentity) -> Re
 /// again at every change of Raft's metrics, and retries failures after a
 /// pause.
 async fn publish_client_address(shared: Arc<Shared>) {
-    let service = NodeService {
-        shared: shared.clone(),
-        port: Port::Peer,
-        caller: crate::auth::CallerSlot::default(),
-    };
+    let service = NodeService::background(shared.clone());
     let mut metrics = shared.raft.metrics();
     loop {
         let recorded = metrics

@@ -77,6 +77,16 @@ fn encode<T: Serialize>(value: &T) -> Result<ByteBuf, LodeError> {
 }
 
 impl NodeService {
+    /// The service as the member's own background tasks call it: with the
+    /// peer port's rights.
+    pub fn background(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            port: Port::Peer,
+            caller: CallerSlot::default(),
+        }
+    }
+
     fn is_leader(&self) -> bool {
         self.shared.raft.metrics().borrow().state == ServerState::Leader
     }
@@ -532,14 +542,35 @@ impl NodeService {
         if cluster.is_none() {
             self.check_candidate_cluster(&member.peer_address).await?;
         }
+        // Not blocking: the learner catches up (from a snapshot if need
+        // be) while the leader serves, and `promotion.rs` makes it a voter
+        // once it keeps up.
         self.shared
             .raft
-            .add_learner(id, member, true)
+            .add_learner(id, member, false)
             .await
             .map_err(crate::proposer::write_error)?;
-        self.make_voter(id).await?;
-        tracing::info!(member = id, "member added as a voter");
+        tracing::info!(member = id, "member added as a learner");
         Ok(self.local_status())
+    }
+
+    /// Makes learner `id` a voter (`promotion.rs` decides when).
+    pub async fn promote_learner(&self, id: u64) -> Result<(), LodeError> {
+        let _changing = self.shared.membership_changes.lock().await;
+        self.require_voting_leader()?;
+        self.require_settled_membership()?;
+        let membership = self
+            .shared
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .clone();
+        if membership.get_node(&id).is_none() || membership.voter_ids().any(|voter| voter == id) {
+            return Ok(());
+        }
+        self.make_voter(id).await
     }
 
     async fn make_voter(&self, id: u64) -> Result<(), LodeError> {
@@ -552,10 +583,10 @@ impl NodeService {
         Ok(())
     }
 
-    /// A member already present: makes it a voter if it is not one yet,
-    /// and records the client address it published (an empty one changes
-    /// nothing). Only the client address changes this way: Raft keeps
-    /// reaching the member where it always has.
+    /// A member already present: records the client address it published
+    /// (an empty one changes nothing). Only the client address changes this
+    /// way: Raft keeps reaching the member where it always has. A learner
+    /// stays one until it keeps up (`promotion.rs`).
     async fn publish_client_address(&self, id: u64, node: Member, member: Member) -> Result<ClusterStatus, LodeError> {
         if !member.client_address.is_empty() && node.client_address != member.client_address {
             self.require_settled_membership()?;
@@ -566,9 +597,6 @@ impl NodeService {
                 .await
                 .map_err(crate::proposer::write_error)?;
             tracing::info!(member = id, "member published its client address");
-        }
-        if !voter_ids(&self.shared.raft).contains(&id) {
-            self.make_voter(id).await?;
         }
         Ok(self.local_status())
     }

@@ -53,6 +53,22 @@ async fn write_keys(client: &Client, keys: std::ops::Range<u64>, tasks: u64) -> 
     highest
 }
 
+async fn wait_for_voter(client: &Client, id: u64) {
+    wait_until(&format!("member {id} to become a voter"), || async {
+        let status = client.cluster_status().await.ok()?;
+        status
+            .members
+            .iter()
+            .any(|member| member.id == id && member.voter)
+            .then_some(())
+    })
+    .await;
+}
+
+fn is_learner(status: &lode_client::protocol::ClusterStatus, id: u64) -> bool {
+    status.members.iter().any(|member| member.id == id && !member.voter)
+}
+
 async fn assert_keys_on(cluster: &TestCluster, id: u64, keys: std::ops::Range<u64>, position: u64) {
     let kv = cluster.client_of(id).kv(NAMESPACE);
     for key in keys {
@@ -152,8 +168,10 @@ async fn an_added_member_catches_up_from_a_snapshot_and_a_removed_one_stops() {
     let address = cluster.start_spare(4);
     let added = cluster.lode(&["cluster", "add", "4", &address]);
     assert!(added.status.success(), "{added:?}");
+    // A learner first (promotion waits until it has kept up for 3 s).
     let status = client.cluster_status().await.expect("status");
-    assert!(status.members.iter().any(|member| member.id == 4 && member.voter));
+    assert!(status.members.iter().any(|member| member.id == 4 && !member.voter));
+    wait_for_voter(&client, 4).await;
     cluster.wait_applied(4, position).await;
     assert_keys_on(&cluster, 4, 0..300, position).await;
     let status = cluster
@@ -275,15 +293,7 @@ async fn a_member_started_with_join_becomes_a_voter_and_catches_up() {
     let follower = (1..=3).find(|id| *id != leader).expect("a follower");
     let seed = cluster.members[&follower].peer_address.clone();
     cluster.start_joining(4, &seed);
-    wait_until("member 4 to become a voter", || async {
-        let status = client.cluster_status().await.ok()?;
-        status
-            .members
-            .iter()
-            .any(|member| member.id == 4 && member.voter)
-            .then_some(())
-    })
-    .await;
+    wait_for_voter(&client, 4).await;
     cluster.wait_applied(4, position).await;
     assert_keys_on(&cluster, 4, 0..100, position).await;
     // Restarted with the same --join flag, it stays one member, not two.
@@ -463,4 +473,46 @@ async fn a_removal_that_would_lose_quorum_is_refused_unless_forced() {
     );
     let status = cluster.client().cluster_status().await.expect("status");
     assert!(status.members.iter().all(|member| member.id != healthy), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_is_promoted_once_it_keeps_up_and_one_that_lags_never_is() {
+    let flags = ["--promote-lag-entries-max", "10", "--promote-caught-up", "1s"];
+    let mut cluster = TestCluster::start_with_flags(3, 10_000, &flags);
+    cluster.wait_for_leader().await;
+    let client = cluster.client();
+    write_keys(&client, 0..20, 2).await;
+
+    // Member 4 is added, then stopped while the log moves on: it trails by
+    // far more than 10 entries.
+    let address = cluster.start_spare(4);
+    client.add_member(4, address).await.expect("add member 4");
+    cluster.signal(4, "STOP");
+    write_keys(&client, 20..120, 4).await;
+
+    // Member 5, added later and healthy, is promoted; member 4 stays a
+    // learner all the while.
+    let address = cluster.start_spare(5);
+    let added = client.add_member(5, address).await.expect("add member 5");
+    assert!(is_learner(&added, 5), "{added:?}");
+    wait_for_voter(&client, 5).await;
+    let status = client.cluster_status().await.expect("status");
+    assert!(is_learner(&status, 4), "a lagging learner was promoted: {status:?}");
+    assert_eq!(status.members.iter().filter(|member| member.voter).count(), 4);
+
+    // Once it runs again it catches up and is promoted in turn.
+    cluster.signal(4, "CONT");
+    wait_for_voter(&client, 4).await;
+    let position = write_keys(&client, 120..130, 2).await;
+    cluster.wait_applied(4, position).await;
+    assert_keys_on(&cluster, 4, 0..130, position).await;
+    let promotions: usize = (1..=3)
+        .map(|id| {
+            cluster
+                .log_text(id)
+                .matches("learner caught up; promoted to voter")
+                .count()
+        })
+        .sum();
+    assert_eq!(promotions, 2, "one promotion each for members 4 and 5");
 }

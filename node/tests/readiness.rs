@@ -46,7 +46,7 @@ async fn ready_means_a_voter_that_reaches_its_leader_and_health_never_waits_for_
     assert_eq!((status, body.as_str()), (200, "ready\n"));
 
     // A member waiting to be added is no voter and knows no leader.
-    cluster.start_spare(4);
+    let spare = cluster.start_spare(4);
     let (status, body) = wait_until("the spare's HTTP port", || async {
         std::net::TcpStream::connect(http_address(&cluster, 4)).ok()?;
         Some(ready(&cluster, 4))
@@ -54,6 +54,20 @@ async fn ready_means_a_voter_that_reaches_its_leader_and_health_never_waits_for_
     .await;
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("[-] voter") && body.contains("not a voter"), "{body}");
+    // Added, it is a learner (promoted only after keeping up for 3 s):
+    // still not ready. Once promoted, it is.
+    let added = cluster.client().add_member(4, spare).await.expect("add member 4");
+    assert!(
+        added.members.iter().any(|member| member.id == 4 && !member.voter),
+        "{added:?}"
+    );
+    let (status, body) = ready(&cluster, 4);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("not a voter"), "{body}");
+    wait_until("the promoted member to be ready", || async {
+        (ready(&cluster, 4).0 == 200).then_some(())
+    })
+    .await;
 
     // Cut off from its quorum: the last member standing is not ready,
     // whether it led or followed, and its health stays 200.

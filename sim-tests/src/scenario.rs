@@ -102,7 +102,8 @@ pub enum Fault {
         b: u64,
     },
     ReleaseHeld,
-    /// Adds the spare member as a voter.
+    /// Adds the spare member as a learner; the leader promotes it to voter
+    /// once it keeps up.
     AddMember {
         id: u64,
     },

@@ -210,6 +210,8 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         config.bootstrap_token = Some(workload::root_token());
         config.forward_timeout_ms = 2_000;
         config.read_wait_ms_max = 2_000;
+        // Promoted within the run, so the runs also see learners become voters.
+        config.promote_caught_up_ms = 1_000;
         config.clock_offset_micros = scenario
             .clock_offsets_ms
             .get(member.id as usize - 1)

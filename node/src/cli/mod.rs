@@ -115,6 +115,14 @@ pub struct NodeArguments {
     /// `512MiB` or bytes.
     #[arg(long, default_value = "8GiB", value_parser = parse_bytes)]
     pub storage_bytes_max: u64,
+    /// How far behind the leader's log a learner (a member added by
+    /// `lode cluster add` or `--join`) may be and count as caught up.
+    #[arg(long, default_value_t = 1_000)]
+    pub promote_lag_entries_max: u64,
+    /// How long a learner must stay caught up before this member, as
+    /// leader, promotes it to voter (one learner at a time).
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub promote_caught_up: Duration,
     /// Applied entries between snapshots (the log before a snapshot is purged).
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_logs_max: u64,
@@ -405,6 +413,8 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     config.change_log_events_max = arguments.change_log_events_max;
     config.change_log_bytes_max = arguments.change_log_bytes_max;
     config.storage_bytes_max = arguments.storage_bytes_max;
+    config.promote_lag_entries_max = arguments.promote_lag_entries_max;
+    config.promote_caught_up_ms = milliseconds(arguments.promote_caught_up);
     if let Some(path) = &arguments.bootstrap_token_file {
         config.bootstrap_token = Some(helpers::read_token_file(path).map_err(anyhow::Error::msg)?);
     }
