@@ -534,7 +534,8 @@ pub trait LodeService {
     async fn cluster_status() -> Result<ClusterStatus, LodeError>;
     /// The cluster as the answering node itself sees it, never forwarded.
     async fn node_status() -> Result<ClusterStatus, LodeError>;
-    /// Adds a member: as a learner first, then as a voter once caught up.
+    /// Adds a member as a learner; the leader promotes it to voter once it
+    /// keeps up.
     /// A member already present with the same peer address has its client
     /// address updated (members publish their own this way). `cluster` is
     /// the joining member's cluster, when it has one: another cluster's is
@@ -551,6 +552,10 @@ pub trait LodeService {
     /// A Raft message from a peer of cluster `cluster`, answered with
     /// openraft's response bytes. Served on the peer port only.
     async fn raft(cluster: ClusterId, kind: RaftMessageKind, payload: ByteBuf) -> Result<ByteBuf, LodeError>;
+    /// From a leader of cluster `cluster` handing off its leadership:
+    /// start an election now (this member holds the leader's whole log).
+    /// Served on the peer port only.
+    async fn campaign(cluster: ClusterId) -> Result<(), LodeError>;
     /// Names the caller of every later call on this connection by a token
     /// (`lode_types::auth`); answers the user it names. Checked again at
     /// every call, so a revoked or expired token stops working at once.

@@ -97,6 +97,13 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// The upper end of the election timeout, twice its lower end; openraft
+    /// also takes it as the leader lease a voter keeps after hearing from
+    /// its leader.
+    pub fn election_timeout_ms_max(&self) -> u64 {
+        self.election_timeout_ms_min * 2
+    }
+
     pub fn new(id: u64, advertise: MemberAddresses, data_dir: impl Into<PathBuf>, membership: Membership) -> Self {
         Self {
             id,

@@ -13,6 +13,7 @@ pub mod cluster_identity;
 pub mod config;
 pub mod convert;
 pub mod embedded;
+pub mod handoff;
 pub mod http;
 pub mod leadership;
 pub mod metrics;

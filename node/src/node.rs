@@ -191,7 +191,7 @@ impl Node {
             cluster_name: config.cluster_name.clone(),
             heartbeat_interval: config.heartbeat_interval_ms,
             election_timeout_min: config.election_timeout_ms_min,
-            election_timeout_max: config.election_timeout_ms_min * 2,
+            election_timeout_max: config.election_timeout_ms_max(),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs_max),
             max_in_snapshot_log_to_keep: 0,
             max_payload_entries: RAFT_PAYLOAD_ENTRIES_MAX,
@@ -241,6 +241,7 @@ impl Node {
             quota: quota.clone(),
             metrics,
             state_engine,
+            leading_since: std::sync::Mutex::new(None),
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);
@@ -305,8 +306,15 @@ impl Node {
         self.shared.reader.clone()
     }
 
+    /// As leader, hands the leadership to a caught-up voter (bounded by
+    /// `handoff::HANDOFF_MS_MAX`); on a follower, does nothing.
+    pub async fn hand_off_leadership(&self) {
+        crate::handoff::hand_off_leadership(&self.shared).await;
+    }
+
     /// Stops accepting, lets in-flight requests finish (bounded), stops Raft
-    /// and closes storage.
+    /// and closes storage. A leader that should hand off its leadership
+    /// first is asked to (`hand_off_leadership`) before.
     pub async fn shutdown(self) {
         let _ = self.stop_accepting.send(true);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -685,6 +693,10 @@ async fn report_leadership(shared: Arc<Shared>) {
         if current != last {
             if current.1 != last.1 && current.1.is_some() {
                 shared.metrics.leader_changes.inc();
+            }
+            let leading = (current.1 == Some(shared.id)).then(|| (current.0, tokio::time::Instant::now()));
+            if let Ok(mut since) = shared.leading_since.lock() {
+                *since = leading;
             }
             tracing::info!(term = current.0, leader = ?current.1, "leadership changed");
             last = current;

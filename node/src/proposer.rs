@@ -9,7 +9,7 @@
 //! command whose keys are not known before apply (a sweep) goes alone.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use lode_raft_store::command::{Command, CommandOutcome, CommandV1, OpId, Operati
 use lode_raft_store::{Member, TypeConfig};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{Raft, ServerState};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use crate::clock::MemberClock;
 
@@ -65,6 +65,40 @@ pub struct Proposer {
     waiting_bytes: Arc<Semaphore>,
     clock: MemberClock,
     last_stamp_micros: Arc<AtomicU64>,
+    /// While true, commands wait instead of being proposed (a leader
+    /// handing off its leadership).
+    held: Arc<watch::Sender<bool>>,
+    /// Proposals handed to Raft and not yet answered.
+    proposing: Arc<AtomicUsize>,
+}
+
+/// Holds the proposer's commands back while it lives; they go on (to this
+/// member's Raft, which forwards them once it no longer leads) when it is
+/// dropped.
+pub struct Hold {
+    held: Arc<watch::Sender<bool>>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.held.send_replace(false);
+    }
+}
+
+/// Counts a proposal as in flight while it lives.
+struct Proposing(Arc<AtomicUsize>);
+
+impl Proposing {
+    fn start(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Proposing {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Maps openraft's write errors onto the wire's error kinds.
@@ -80,13 +114,34 @@ impl Proposer {
     /// Starts the proposing task for `raft`.
     pub fn start(raft: Raft<TypeConfig>, retention: Retention, clock: MemberClock) -> Self {
         let (waiting, receiver) = mpsc::channel(COMMANDS_WAITING_MAX);
-        tokio::spawn(run(raft, receiver, retention));
+        let held = Arc::new(watch::Sender::new(false));
+        let proposing = Arc::new(AtomicUsize::new(0));
+        let state = RunState {
+            held: held.subscribe(),
+            proposing: proposing.clone(),
+        };
+        tokio::spawn(run(raft, receiver, retention, state));
         Self {
             waiting,
             waiting_bytes: Arc::new(Semaphore::new(COMMANDS_WAITING_BYTES_MAX / WAITING_BYTES_UNIT)),
             clock,
             last_stamp_micros: Arc::new(AtomicU64::new(0)),
+            held,
+            proposing,
         }
+    }
+
+    /// Holds commands back until the returned guard is dropped.
+    pub fn hold(&self) -> Hold {
+        self.held.send_replace(true);
+        Hold {
+            held: self.held.clone(),
+        }
+    }
+
+    /// Proposals handed to Raft and not yet answered.
+    pub fn proposals_in_flight(&self) -> usize {
+        self.proposing.load(Ordering::Acquire)
     }
 
     /// The leader's time for a new command: `max(now, last stamped + 1)`.
@@ -200,7 +255,13 @@ fn take_group(queue: &mut VecDeque<Waiting>) -> Vec<Waiting> {
     group
 }
 
-async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, retention: Retention) {
+/// What the proposing task shares with its handle.
+struct RunState {
+    held: watch::Receiver<bool>,
+    proposing: Arc<AtomicUsize>,
+}
+
+async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, retention: Retention, mut state: RunState) {
     let in_flight = Arc::new(Semaphore::new(PROPOSALS_IN_FLIGHT_MAX));
     let mut queue: VecDeque<Waiting> = VecDeque::new();
     loop {
@@ -219,9 +280,16 @@ async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, rete
                 Err(_) => break,
             }
         }
+        while *state.held.borrow_and_update() {
+            if state.held.changed().await.is_err() {
+                return;
+            }
+        }
         let group = take_group(&mut queue);
         let raft = raft.clone();
+        let proposing = Proposing::start(&state.proposing);
         tokio::spawn(async move {
+            let _proposing = proposing;
             let (commands, replies): (Vec<Command>, Vec<Reply>) = group
                 .into_iter()
                 .map(|waiting| (waiting.command, waiting.reply))

@@ -1053,6 +1053,16 @@ impl LodeService for NodeService {
     ) -> Result<ByteBuf, LodeError> {
         self.raft_message(cluster, kind, payload).await
     }
+
+    async fn campaign(self, _: Context, cluster: ClusterId) -> Result<(), LodeError> {
+        if self.port != Port::Peer {
+            return Err(LodeError::Invalid(
+                "the campaign call is served on the peer port only".to_owned(),
+            ));
+        }
+        self.shared.cluster.check(cluster)?;
+        crate::handoff::campaign(&self.shared).await
+    }
 }
 
 /// A snapshot chunk lands in the receiving file at the offset it names: one

@@ -42,6 +42,9 @@ pub struct Shared {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The state engine, for the metrics' RocksDB properties.
     pub state_engine: Arc<SelectedEngine>,
+    /// When this member was first seen leading in its current term (the
+    /// handoff waits until its own vote is older than the leader lease).
+    pub leading_since: std::sync::Mutex<Option<(u64, tokio::time::Instant)>>,
 }
 
 /// Voter ids in the current membership.

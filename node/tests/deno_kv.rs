@@ -403,28 +403,6 @@ async fn kv_connect_refuses_bad_tokens_versions_and_requests_with_reasons() {
     cluster.assert_no_errors();
 }
 
-/// Sends SIGTERM to member `id` and waits for it to exit on its own.
-fn stop_gracefully(cluster: &mut TestCluster, id: u64) -> Duration {
-    cluster.signal(id, "TERM");
-    let started = std::time::Instant::now();
-    let mut process = cluster
-        .members
-        .get_mut(&id)
-        .and_then(|member| member.process.take())
-        .expect("a running member");
-    loop {
-        if let Some(status) = process.try_wait().expect("poll the member") {
-            assert!(status.success(), "member {id} exited with {status} after SIGTERM");
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < support::WAIT_MAX,
-            "member {id} did not exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_ends_cleanly_when_its_member_stops_and_the_client_reconnects() {
     let mut cluster = TestCluster::start_with_http(3, 10_000);
@@ -453,7 +431,7 @@ async fn a_watch_ends_cleanly_when_its_member_stops_and_the_client_reconnects() 
 
     // The member serving the watch stops: its open watch must not hold up
     // the shutdown, and the client reconnects once it is back.
-    let stopping = stop_gracefully(&mut cluster, follower);
+    let stopping = cluster.stop_gracefully(follower);
     assert!(stopping < Duration::from_secs(10), "shutdown took {stopping:?}");
     cluster.restart(follower);
     cluster.wait_for_leader().await;

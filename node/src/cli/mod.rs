@@ -439,6 +439,8 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     };
     stop.wait().await;
     tracing::info!("stop signal received; shutting down");
+    // Before the HTTP port closes, so its callers' writes move on too.
+    node.hand_off_leadership().await;
     if let Some(http) = http {
         http.shutdown().await;
     }

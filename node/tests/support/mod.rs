@@ -332,6 +332,26 @@ impl TestCluster {
         }
     }
 
+    /// Sends SIGTERM to member `id` and waits for it to exit on its own,
+    /// successfully; returns how long it took.
+    pub fn stop_gracefully(&mut self, id: u64) -> Duration {
+        self.signal(id, "TERM");
+        let started = std::time::Instant::now();
+        let mut process = self
+            .members
+            .get_mut(&id)
+            .and_then(|member| member.process.take())
+            .expect("a running member");
+        loop {
+            if let Some(status) = process.try_wait().expect("poll the member") {
+                assert!(status.success(), "member {id} exited with {status} after SIGTERM");
+                return started.elapsed();
+            }
+            assert!(started.elapsed() < WAIT_MAX, "member {id} did not exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Sends a signal (`STOP`, `CONT`, `TERM`) to a running member.
     pub fn signal(&self, id: u64, signal: &str) {
         let process = self.members[&id].process.as_ref().expect("member is running");
