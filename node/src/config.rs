@@ -94,6 +94,9 @@ pub struct NodeConfig {
     pub promote_lag_entries_max: u64,
     /// How long a learner stays caught up before the leader promotes it.
     pub promote_caught_up_ms: u64,
+    /// Quorum-loss recovery: before starting, make this member the only
+    /// voter of a new cluster, keeping every entry (`quorum_recovery.rs`).
+    pub force_new_cluster: bool,
 }
 
 impl NodeConfig {
@@ -133,6 +136,7 @@ impl NodeConfig {
             storage_bytes_max: crate::storage_quota::STORAGE_BYTES_MAX_DEFAULT,
             promote_lag_entries_max: 1_000,
             promote_caught_up_ms: 3_000,
+            force_new_cluster: false,
         }
     }
 }

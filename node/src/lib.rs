@@ -21,6 +21,7 @@ pub mod network;
 pub mod node;
 pub mod promotion;
 pub mod proposer;
+pub mod quorum_recovery;
 pub mod reads;
 pub mod service;
 pub mod shared;

@@ -5,9 +5,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use lode_client::connection::{CallFailure, Connection};
-use lode_client::protocol::{ByteBuf, RaftMessageKind};
+use lode_client::protocol::{ByteBuf, ClusterId, RaftMessageKind};
 use lode_client::tls::Transport;
 use lode_raft_store::{Member, NodeId, TypeConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
@@ -44,6 +45,27 @@ impl PeerConnections {
             .entry(address.to_owned())
             .or_insert_with(|| Arc::new(Connection::new(address, self.transport.clone())))
             .clone()
+    }
+
+    /// Which of `members` (id, peer address) answer a status call within
+    /// `timeout` as members of `cluster`, asked concurrently.
+    pub async fn answering(
+        &self,
+        members: Vec<(NodeId, String)>,
+        cluster: ClusterId,
+        timeout: Duration,
+    ) -> Vec<NodeId> {
+        let asks = members.into_iter().map(|(id, address)| async move {
+            let answer = self
+                .get(&address)
+                .call(
+                    timeout,
+                    |client, context| async move { client.node_status(context).await },
+                )
+                .await;
+            matches!(answer, Ok(Ok(status)) if status.cluster_id == Some(cluster)).then_some(id)
+        });
+        futures::future::join_all(asks).await.into_iter().flatten().collect()
     }
 }
 

@@ -185,6 +185,13 @@ impl Node {
             state_machine = state_machine.observed_by(metrics.clone());
             log_store = log_store.observed_by(metrics.clone());
         }
+        let peers = PeerConnections::new(match &config.tls {
+            Some(tls) => Transport::Tls(tls.peer_client()),
+            None => Transport::Plain,
+        });
+        if config.force_new_cluster {
+            crate::quorum_recovery::force_new_cluster(&config, &mut log_store, &mut state_machine, &peers).await?;
+        }
         let cluster = Arc::new(ClusterIdentity::open(log_store.clone())?);
         settle_cluster_id(&config, &cluster).await?;
         let raft_config = Config {
@@ -198,10 +205,6 @@ impl Node {
             ..Default::default()
         };
         let raft_config = Arc::new(raft_config.validate()?);
-        let peers = PeerConnections::new(match &config.tls {
-            Some(tls) => Transport::Tls(tls.peer_client()),
-            None => Transport::Plain,
-        });
         let raft = Raft::new(
             config.id,
             raft_config,

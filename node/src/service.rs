@@ -658,29 +658,22 @@ impl NodeService {
         id: u64,
     ) -> Result<(), LodeError> {
         let left: Vec<u64> = membership.voter_ids().filter(|voter| *voter != id).collect();
-        let timeout = Duration::from_millis(REMOVAL_PING_TIMEOUT_MS);
-        let asks = left.iter().map(|voter| {
-            let address = membership.get_node(voter).map(|member| member.peer_address.clone());
-            async move {
-                if *voter == self.shared.id {
-                    return true;
-                }
-                let Some(address) = address else { return false };
-                let connection = self.shared.peers.get(&address);
-                let answer = connection
-                    .call(
-                        timeout,
-                        |client, context| async move { client.node_status(context).await },
-                    )
-                    .await;
-                matches!(answer, Ok(Ok(status)) if status.cluster_id == self.shared.cluster.get())
-            }
-        });
-        let answering: Vec<u64> = left
+        let others: Vec<(u64, String)> = left
             .iter()
-            .zip(futures::future::join_all(asks).await)
-            .filter_map(|(voter, answers)| answers.then_some(*voter))
+            .filter(|voter| **voter != self.shared.id)
+            .filter_map(|voter| Some((*voter, membership.get_node(voter)?.peer_address.clone())))
             .collect();
+        let mut answering = match self.shared.cluster.get() {
+            Some(cluster) => {
+                let timeout = Duration::from_millis(REMOVAL_PING_TIMEOUT_MS);
+                self.shared.peers.answering(others, cluster, timeout).await
+            }
+            None => Vec::new(),
+        };
+        if left.contains(&self.shared.id) {
+            answering.push(self.shared.id);
+        }
+        answering.sort_unstable();
         let quorum = left.len() / 2 + 1;
         if answering.len() >= quorum {
             return Ok(());

@@ -22,6 +22,7 @@ pub mod merge_patch;
 pub mod observer;
 pub mod queue;
 pub mod reader;
+pub mod recovery;
 pub mod runtime;
 pub mod snapshot;
 pub mod state_machine;

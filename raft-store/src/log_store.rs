@@ -103,6 +103,29 @@ impl<E: Engine> LogStore<E> {
             .await
     }
 
+    /// Quorum-loss recovery only (`recovery.rs`): appends `entry` after the
+    /// last entry, with `vote` and the new cluster id, in one synced batch.
+    pub(crate) async fn write_forced(
+        &self,
+        entry: &Entry<TypeConfig>,
+        vote: &Vote<NodeId>,
+        cluster_id: u128,
+    ) -> Result<(), EngineError> {
+        let mut batch = WriteBatch::default();
+        batch.put(
+            Space::Log,
+            keys::log_key(entry.log_id.index).to_vec(),
+            encode("log entry", entry)?,
+        );
+        batch.put(Space::RaftMeta, meta::VOTE.to_vec(), encode("raft meta", vote)?);
+        batch.put(
+            Space::RaftMeta,
+            meta::CLUSTER_ID.to_vec(),
+            encode("raft meta", &cluster_id)?,
+        );
+        self.write_synced(batch).await
+    }
+
     fn meta_batch<T: serde::Serialize>(key: &[u8], value: &T) -> Result<WriteBatch, EngineError> {
         let mut batch = WriteBatch::default();
         batch.put(Space::RaftMeta, key.to_vec(), encode("raft meta", value)?);

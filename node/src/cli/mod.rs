@@ -115,6 +115,12 @@ pub struct NodeArguments {
     /// `512MiB` or bytes.
     #[arg(long, default_value = "8GiB", value_parser = parse_bytes)]
     pub storage_bytes_max: u64,
+    /// Quorum-loss recovery, on one surviving voter: make it the only
+    /// voter of a new cluster (new cluster id) with every entry it holds,
+    /// then add fresh members back. Does nothing while a quorum of the
+    /// voters answers; remove the flag once recovered.
+    #[arg(long, conflicts_with_all = ["peers", "join", "cluster_id"])]
+    pub force_new_cluster: bool,
     /// How far behind the leader's log a learner (a member added by
     /// `lode cluster add` or `--join`) may be and count as caught up.
     #[arg(long, default_value_t = 1_000)]
@@ -415,6 +421,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     config.storage_bytes_max = arguments.storage_bytes_max;
     config.promote_lag_entries_max = arguments.promote_lag_entries_max;
     config.promote_caught_up_ms = milliseconds(arguments.promote_caught_up);
+    config.force_new_cluster = arguments.force_new_cluster;
     if let Some(path) = &arguments.bootstrap_token_file {
         config.bootstrap_token = Some(helpers::read_token_file(path).map_err(anyhow::Error::msg)?);
     }
