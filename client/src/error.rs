@@ -93,6 +93,14 @@ pub enum LodeError {
          delete data, and writes resume once its space is reclaimed"
     )]
     QuotaExceeded { quota_bytes: u64, used_bytes: u64 },
+    /// Between members: this member holds no cluster state and no leader
+    /// admitted it yet, so it takes no part in Raft (a member whose data
+    /// was lost must not vote or acknowledge entries as the voter it was).
+    #[error(
+        "member {member} holds no cluster state and was not admitted: the leader makes it a learner \
+         before it takes part"
+    )]
+    NotAdmitted { member: u64 },
 }
 
 impl std::fmt::Display for MutationRecovery {

@@ -556,6 +556,10 @@ pub trait LodeService {
     /// start an election now (this member holds the leader's whole log).
     /// Served on the peer port only.
     async fn campaign(cluster: ClusterId) -> Result<(), LodeError>;
+    /// From the leader (or the founder) of cluster `cluster`: this member,
+    /// which holds no cluster state, may take part in Raft from now on.
+    /// Served on the peer port only.
+    async fn admit(cluster: ClusterId) -> Result<(), LodeError>;
     /// Names the caller of every later call on this connection by a token
     /// (`lode_types::auth`); answers the user it names. Checked again at
     /// every call, so a revoked or expired token stops working at once.

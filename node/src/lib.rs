@@ -6,6 +6,7 @@
 //! This is the only crate that knows both the network and the storage.
 
 pub mod accept;
+pub mod admission;
 pub mod auth;
 pub mod backup;
 pub mod clock;

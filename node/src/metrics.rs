@@ -68,6 +68,8 @@ pub struct Metrics {
     pub snapshot_build_seconds: Histogram,
     pub snapshot_built_bytes: Counter,
     pub snapshot_install_seconds: Histogram,
+    pub snapshot_sent_bytes: Counter,
+    pub snapshots_sent: Counter,
     pub leader_changes: Counter,
     pub term: Gauge,
     pub leader: Gauge,
@@ -109,6 +111,8 @@ impl Metrics {
             snapshot_build_seconds: latency_histogram(),
             snapshot_built_bytes: Counter::default(),
             snapshot_install_seconds: latency_histogram(),
+            snapshot_sent_bytes: Counter::default(),
+            snapshots_sent: Counter::default(),
             leader_changes: Counter::default(),
             term: Gauge::default(),
             leader: Gauge::default(),
@@ -182,6 +186,17 @@ impl Metrics {
             "Received snapshots checked and installed",
             seconds(),
             self.snapshot_install_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "snapshot_sent",
+            "Bytes of snapshot images this member sent to followers, as acknowledged chunks",
+            Unit::Bytes,
+            self.snapshot_sent_bytes.clone(),
+        );
+        registry.register(
+            "snapshots_sent",
+            "Snapshots this member sent whole to a follower (last chunk acknowledged)",
+            self.snapshots_sent.clone(),
         );
         registry.register(
             "leader_changes",

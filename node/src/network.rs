@@ -10,6 +10,7 @@ use std::time::Duration;
 use lode_client::connection::{CallFailure, Connection};
 use lode_client::protocol::{ByteBuf, ClusterId, RaftMessageKind};
 use lode_client::tls::Transport;
+use lode_client::LodeError;
 use lode_raft_store::{Member, NodeId, TypeConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -72,12 +73,18 @@ impl PeerConnections {
 pub struct NetworkFactory {
     pub peers: PeerConnections,
     pub cluster: Arc<ClusterIdentity>,
+    /// Where a peer answering `not_admitted` is noted.
+    pub lost_members: Arc<crate::admission::LostMembers>,
+    /// Counts the snapshot bytes sent.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 pub struct PeerClient {
     target: NodeId,
     cluster: Arc<ClusterIdentity>,
     connection: Arc<Connection>,
+    lost_members: Arc<crate::admission::LostMembers>,
+    metrics: Arc<crate::metrics::Metrics>,
     /// Whether the last call failed in transport, so that an outage is
     /// logged once when it starts and once when it ends.
     failing: bool,
@@ -91,6 +98,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             cluster: self.cluster.clone(),
             connection: self.peers.get(&node.peer_address),
+            lost_members: self.lost_members.clone(),
+            metrics: self.metrics.clone(),
             failing: false,
         }
     }
@@ -148,6 +157,12 @@ impl PeerClient {
             }
             Ok(Err(error)) => {
                 self.note_transport(None);
+                if matches!(error, LodeError::NotAdmitted { .. }) {
+                    // Unreachable, not a network error: Raft backs off
+                    // (and logs nothing per message) until it is admitted.
+                    self.lost_members.note(self.target);
+                    return Err(RPCError::Unreachable(Unreachable::new(&error)));
+                }
                 return Err(RPCError::Network(NetworkError::new(&error)));
             }
             Err(CallFailure::Dial(detail)) => {
@@ -198,7 +213,15 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId, InstallSnapshotError>>>
     {
-        self.send(RaftMessageKind::InstallSnapshot, &request, &option).await
+        let (bytes, done) = (request.data.len() as u64, request.done);
+        let answer = self.send(RaftMessageKind::InstallSnapshot, &request, &option).await;
+        if answer.is_ok() {
+            self.metrics.snapshot_sent_bytes.inc_by(bytes);
+            if done {
+                self.metrics.snapshots_sent.inc();
+            }
+        }
+        answer
     }
 
     async fn vote(

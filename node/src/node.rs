@@ -44,6 +44,10 @@ const _: () =
 /// How long a log purge waits for the snapshot it follows to reach the
 /// disk (an install runs beside it); past that it purges what is covered.
 pub const PURGE_WAIT_FOR_SNAPSHOT: Duration = Duration::from_secs(30);
+/// How long the founder waits for each other founder's answer, and how
+/// long between rounds of asking, before it initializes the cluster.
+const FOUNDER_PING_TIMEOUT_MS: u64 = 1_000;
+const FOUNDER_PING_INTERVAL_MS: u64 = 200;
 
 /// The two ports a member listens on.
 pub struct Listeners {
@@ -192,7 +196,18 @@ impl Node {
         if config.force_new_cluster {
             crate::quorum_recovery::force_new_cluster(&config, &mut log_store, &mut state_machine, &peers).await?;
         }
+        let holds_state = holds_cluster_state(&mut log_store).await?;
         let cluster = Arc::new(ClusterIdentity::open(log_store.clone())?);
+        if let (true, Some(cluster_id)) = (holds_state, cluster.get()) {
+            // A vote alone (a founder that voted before any entry) knows no membership yet.
+            let known = lode_raft_store::recovery::effective_membership(&mut log_store, &mut state_machine)
+                .await
+                .ok()
+                .filter(|membership| membership.nodes().next().is_some());
+            if let Some(membership) = known {
+                crate::admission::refuse_if_removed(config.id, &membership, &peers, cluster_id).await?;
+            }
+        }
         settle_cluster_id(&config, &cluster).await?;
         let raft_config = Config {
             cluster_name: config.cluster_name.clone(),
@@ -205,12 +220,15 @@ impl Node {
             ..Default::default()
         };
         let raft_config = Arc::new(raft_config.validate()?);
+        let lost_members = Arc::new(crate::admission::LostMembers::default());
         let raft = Raft::new(
             config.id,
             raft_config,
             NetworkFactory {
                 peers: peers.clone(),
                 cluster: cluster.clone(),
+                lost_members: lost_members.clone(),
+                metrics: metrics.clone(),
             },
             log_store,
             state_machine,
@@ -245,6 +263,8 @@ impl Node {
             metrics,
             state_engine,
             leading_since: std::sync::Mutex::new(None),
+            admission: crate::admission::Admission::new(holds_state),
+            lost_members,
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);
@@ -260,6 +280,10 @@ impl Node {
             tokio::spawn(report_leadership(shared.clone()).instrument(span.clone())),
             tokio::spawn(
                 crate::promotion::promote_learners(shared.clone(), NodeService::background(shared.clone()))
+                    .instrument(span.clone()),
+            ),
+            tokio::spawn(
+                crate::admission::readmit_lost_members(shared.clone(), NodeService::background(shared.clone()))
                     .instrument(span.clone()),
             ),
             tokio::spawn(quota.watch().instrument(span)),
@@ -398,6 +422,18 @@ async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, sto
 
 /// Creates `path` (and its parents) readable by its owner only, and makes
 /// an existing one so: a member's data is nobody else's.
+/// Whether this member's log holds an entry or a vote: then it belongs to
+/// a cluster and takes part in Raft at once (`admission.rs`).
+async fn holds_cluster_state(log: &mut LogStore<SelectedEngine>) -> Result<bool, anyhow::Error> {
+    use openraft::storage::RaftLogStorage;
+    let entries = log.get_log_state().await?.last_log_id.is_some();
+    let vote = log
+        .read_vote()
+        .await?
+        .is_some_and(|vote| vote != openraft::Vote::default());
+    Ok(entries || vote)
+}
+
 fn private_directory(path: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)?;
@@ -428,8 +464,11 @@ async fn enter_cluster(shared: Arc<Shared>) {
             if members.keys().next() != Some(&shared.id) {
                 tracing::info!(
                     node = shared.id,
-                    "waiting for the founding member to initialize the cluster"
+                    "waiting for the founding member to initialize the cluster (or, if it exists, to be admitted)"
                 );
+                return;
+            }
+            if !founders_agree(&shared, &members).await {
                 return;
             }
             // The other founders publish their client addresses once they run.
@@ -456,6 +495,66 @@ async fn enter_cluster(shared: Arc<Shared>) {
             }
         }
         Membership::Join(seed) => join(&shared, &seed).await,
+    }
+}
+
+/// Before the founder initializes: true once a quorum of the founders
+/// (itself included) answer holding no state, after admitting those that
+/// answered; false as soon as one answers holding the cluster's state (the
+/// cluster exists: this member lost its data, and the leader readmits it).
+async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> bool {
+    let Some(cluster) = shared.cluster.get() else {
+        return false;
+    };
+    let others: Vec<(u64, String)> = founders
+        .iter()
+        .filter(|(id, _)| **id != shared.id)
+        .map(|(id, address)| (*id, address.clone()))
+        .collect();
+    let timeout = Duration::from_millis(FOUNDER_PING_TIMEOUT_MS);
+    let mut waiting_logged = false;
+    loop {
+        let asks = others.iter().map(|(id, address)| async move {
+            let connection = shared.peers.get(address);
+            let status = connection
+                .call(
+                    timeout,
+                    |client, context| async move { client.node_status(context).await },
+                )
+                .await;
+            match status {
+                Ok(Ok(status)) if status.cluster_id == Some(cluster) => {
+                    Some((*id, address, !status.members.is_empty()))
+                }
+                _ => None,
+            }
+        });
+        let answers: Vec<(u64, &String, bool)> = futures::future::join_all(asks).await.into_iter().flatten().collect();
+        if let Some((holder, _, _)) = answers.iter().find(|(_, _, holds_state)| *holds_state) {
+            tracing::warn!(
+                node = shared.id,
+                holder,
+                "the cluster exists (a founder holds its state) but this member holds none: its data was lost; \
+                 it waits to be readmitted as a learner instead of founding a second cluster"
+            );
+            return false;
+        }
+        if answers.len() + 1 > founders.len() / 2 {
+            let admissions = answers
+                .iter()
+                .map(|(_, address, _)| crate::admission::admit(&shared.peers, address, cluster));
+            if futures::future::join_all(admissions).await.iter().all(Result::is_ok) {
+                shared.admission.admit();
+                return true;
+            }
+        } else if !waiting_logged {
+            tracing::info!(
+                node = shared.id,
+                "waiting for a quorum of the founders to answer before founding the cluster"
+            );
+            waiting_logged = true;
+        }
+        tokio::time::sleep(Duration::from_millis(FOUNDER_PING_INTERVAL_MS)).await;
     }
 }
 

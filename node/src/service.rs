@@ -542,6 +542,9 @@ impl NodeService {
         if cluster.is_none() {
             self.check_candidate_cluster(&member.peer_address).await?;
         }
+        if let Some(ours) = self.shared.cluster.get() {
+            crate::admission::admit(&self.shared.peers, &member.peer_address, ours).await?;
+        }
         // Not blocking: the learner catches up (from a snapshot if need
         // be) while the leader serves, and `promotion.rs` makes it a voter
         // once it keeps up.
@@ -552,6 +555,48 @@ impl NodeService {
             .map_err(crate::proposer::write_error)?;
         tracing::info!(member = id, "member added as a learner");
         Ok(self.local_status())
+    }
+
+    /// A member that answered `not_admitted` (its data was lost): a voter
+    /// is made a learner first, so it counts towards no quorum before it
+    /// holds the log again; then it is admitted (`admission.rs`), and
+    /// promoted once it keeps up.
+    pub async fn readmit(&self, id: u64) -> Result<(), LodeError> {
+        let _changing = self.shared.membership_changes.lock().await;
+        self.require_voting_leader()?;
+        self.require_settled_membership()?;
+        let membership = self
+            .shared
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .clone();
+        let Some(member) = membership.get_node(&id).cloned() else {
+            return Ok(());
+        };
+        let Some(cluster) = self.shared.cluster.get() else {
+            return Err(LodeError::Unavailable("this member has no cluster id".to_owned()));
+        };
+        if membership.voter_ids().any(|voter| voter == id) {
+            tracing::warn!(
+                member = id,
+                "a voter answered that it holds no cluster state (its data was lost): it is a learner \
+                 again until it has caught up"
+            );
+            self.shared
+                .raft
+                .change_membership(
+                    ChangeMembers::RemoveVoters(std::collections::BTreeSet::from([id])),
+                    true,
+                )
+                .await
+                .map_err(crate::proposer::write_error)?;
+        }
+        crate::admission::admit(&self.shared.peers, &member.peer_address, cluster).await?;
+        tracing::info!(member = id, "readmitted a member that had lost its data, as a learner");
+        Ok(())
     }
 
     /// Makes learner `id` a voter (`promotion.rs` decides when).
@@ -735,6 +780,7 @@ impl NodeService {
             ));
         }
         self.shared.cluster.check(cluster)?;
+        self.shared.admission.check(self.shared.id)?;
         let raft = &self.shared.raft;
         match kind {
             RaftMessageKind::AppendEntries => encode(&raft.append_entries(decode(&payload)?).await),
@@ -1055,6 +1101,17 @@ impl LodeService for NodeService {
         }
         self.shared.cluster.check(cluster)?;
         crate::handoff::campaign(&self.shared).await
+    }
+
+    async fn admit(self, _: Context, cluster: ClusterId) -> Result<(), LodeError> {
+        if self.port != Port::Peer {
+            return Err(LodeError::Invalid(
+                "the admit call is served on the peer port only".to_owned(),
+            ));
+        }
+        self.shared.cluster.check(cluster)?;
+        self.shared.admission.admit();
+        Ok(())
     }
 }
 

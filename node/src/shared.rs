@@ -45,6 +45,10 @@ pub struct Shared {
     /// When this member was first seen leading in its current term (the
     /// handoff waits until its own vote is older than the leader lease).
     pub leading_since: std::sync::Mutex<Option<(u64, tokio::time::Instant)>>,
+    /// Whether this member may take part in Raft (`admission.rs`).
+    pub admission: crate::admission::Admission,
+    /// Members that answered `not_admitted`, for the leader to readmit.
+    pub lost_members: Arc<crate::admission::LostMembers>,
 }
 
 /// Voter ids in the current membership.

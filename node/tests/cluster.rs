@@ -228,6 +228,17 @@ async fn an_added_member_catches_up_from_a_snapshot_and_a_removed_one_stops() {
     );
     let missing = client.remove_member(99).await.expect_err("unknown member");
     assert!(missing.is_not_found(), "{missing:?}");
+
+    // Started again on its old data, the removed member is refused.
+    cluster.kill(removed);
+    cluster.restart(removed);
+    let exit = cluster.wait_for_exit(removed);
+    assert!(!exit.success(), "the removed member started");
+    let log = cluster.log_text(removed);
+    assert!(
+        log.contains(&format!("member {removed} was removed")) && log.contains("empty data directory"),
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -515,4 +526,56 @@ async fn a_learner_is_promoted_once_it_keeps_up_and_one_that_lags_never_is() {
         })
         .sum();
     assert_eq!(promotions, 2, "one promotion each for members 4 and 5");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_member_rejoins_as_a_learner_and_never_founds_a_second_cluster() {
+    let mut cluster = TestCluster::start(3, 10_000);
+    cluster.wait_for_leader().await;
+    let client = cluster.client();
+    let position = write_keys(&client, 0..100, 4).await;
+    let cluster_id = cluster.cluster_id();
+
+    // Member 1 founded the cluster; member 2 is another founder. Each loses
+    // its data and restarts with the flags it first had.
+    for (round, wiped) in [1u64, 2].into_iter().enumerate() {
+        cluster.kill(wiped);
+        std::fs::remove_dir_all(&cluster.members[&wiped].data_dir).expect("wipe the data directory");
+        cluster.restart_as_founder(wiped);
+        let readmitted = format!("member={wiped}");
+        let learner_seen = wait_until(&format!("member {wiped} to be readmitted"), || async {
+            let status = client.cluster_status().await.ok()?;
+            let leader = status.leader?;
+            cluster
+                .log_text(leader)
+                .lines()
+                .any(|line| line.contains("readmitted a member that had lost its data") && line.ends_with(&readmitted))
+                .then_some(leader)
+        })
+        .await;
+        wait_for_voter(&client, wiped).await;
+        let keys = (round as u64 * 100)..(round as u64 * 100 + 100);
+        let position = write_keys(&client, keys.clone(), 2).await.max(position);
+        cluster.wait_applied(wiped, position).await;
+        assert_keys_on(&cluster, wiped, 0..keys.end, position).await;
+        let log = cluster.log_text(learner_seen);
+        assert!(
+            log.contains("it is a learner again"),
+            "the wiped voter was not demoted first"
+        );
+        let own = cluster.client_of(wiped).node_status().await.expect("status");
+        assert_eq!(own.cluster_id.map(|id| id.to_string()), Some(cluster_id.clone()));
+    }
+    let foundings: usize = (1..=3)
+        .map(|id| cluster.log_text(id).matches("initialized a new cluster").count())
+        .sum();
+    assert_eq!(foundings, 1, "a wiped founder founded a second cluster");
+    assert!(cluster.log_text(1).contains("instead of founding a second cluster"));
+    let status = client.cluster_status().await.expect("status");
+    assert_eq!(
+        status.members.iter().filter(|member| member.voter).count(),
+        3,
+        "{status:?}"
+    );
+    assert_eq!(cluster.cluster_id(), cluster_id);
 }

@@ -104,3 +104,25 @@ async fn every_series_of_the_dashboard_exists_and_writes_move_the_write_metrics(
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_sent_to_a_new_member_shows_on_the_leader() {
+    // Snapshots every 50 entries: the leader's log is purged, so a new
+    // member catches up from a snapshot.
+    let mut cluster = TestCluster::start_with_http(3, 50);
+    let leader = cluster.wait_for_leader().await;
+    let client = cluster.client();
+    let kv = client.kv("config");
+    for index in 0..200 {
+        kv.set(format!("key-{index}")).bytes("value").send().await.expect("set");
+    }
+    let address = cluster.start_spare(4);
+    client.add_member(4, address).await.expect("add member 4");
+    let leader_http = cluster.kv_connect_url(leader).trim_start_matches("http://").to_owned();
+    let series = support::wait_until("the leader to count a snapshot sent", || async {
+        let series = scraped(&support::get(&leader_http, "/metrics", None).1);
+        (series.get("lode_snapshots_sent_total").copied().unwrap_or(0.0) >= 1.0).then_some(series)
+    })
+    .await;
+    assert!(series["lode_snapshot_sent_bytes_total"] > 0.0, "{series:?}");
+}

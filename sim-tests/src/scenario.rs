@@ -107,6 +107,11 @@ pub enum Fault {
     AddMember {
         id: u64,
     },
+    /// Stops a member and loses its disk; it restarts empty with the
+    /// next `RestartAll` and must be readmitted as a learner.
+    Wipe {
+        id: u64,
+    },
     /// Removes a member from the voters.
     RemoveMember {
         id: u64,
@@ -203,6 +208,7 @@ impl Scenario {
         let mut at = Duration::from_millis(random.gen_range(500..1_500));
         let mut removed: Option<u64> = None;
         let mut added = false;
+        let mut wiped = false;
         while at < self.workload {
             let hold_for = Duration::from_millis(random.gen_range(300..3_000));
             let (fault, heal) = match self.mix {
@@ -275,8 +281,17 @@ impl Scenario {
                                 // Back in: it catches up by snapshot.
                                 removed = None;
                                 (Fault::AddMember { id }, Fault::HealNetwork)
-                            } else {
+                            } else if wiped || random.gen_bool(0.5) {
                                 (Fault::CrashLeader, Fault::RestartAll)
+                            } else {
+                                // A member replaced with an empty disk, once
+                                // a run: a second loss before the first
+                                // member caught up would be a lost quorum,
+                                // which only --force-new-cluster recovers.
+                                wiped = true;
+                                let others: Vec<u64> = founders.iter().copied().filter(|other| *other != id).collect();
+                                let wiped = *others.choose(random).unwrap_or(&1);
+                                (Fault::Wipe { id: wiped }, Fault::RestartAll)
                             }
                         }
                     }

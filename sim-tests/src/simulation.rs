@@ -564,6 +564,13 @@ impl Driver {
                     self.crash(sim, id);
                 }
             }
+            Fault::Wipe { id } => {
+                self.crash(sim, id);
+                if let Some(member) = self.members.iter().find(|member| member.id == id) {
+                    member.log.wipe();
+                    member.state.wipe();
+                }
+            }
             Fault::CrashLeader => {
                 if let Some(leader) = self.leader() {
                     self.crash(sim, leader);

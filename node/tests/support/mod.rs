@@ -352,6 +352,23 @@ impl TestCluster {
         }
     }
 
+    /// Waits for member `id` to exit by itself; returns its exit status.
+    pub fn wait_for_exit(&mut self, id: u64) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        let mut process = self
+            .members
+            .get_mut(&id)
+            .and_then(|member| member.process.take())
+            .expect("a running member");
+        loop {
+            if let Some(status) = process.try_wait().expect("poll the member") {
+                return status;
+            }
+            assert!(started.elapsed() < WAIT_MAX, "member {id} did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Sends a signal (`STOP`, `CONT`, `TERM`) to a running member.
     pub fn signal(&self, id: u64, signal: &str) {
         let process = self.members[&id].process.as_ref().expect("member is running");

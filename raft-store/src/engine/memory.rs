@@ -57,6 +57,11 @@ impl MemoryEngine {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Simulates a lost disk: everything, synced or not, is gone.
+    pub fn wipe(&self) {
+        *self.lock() = State::default();
+    }
+
     /// Simulates a crash: buffered writes since the last sync are lost.
     pub fn crash(&self) {
         let mut state = self.lock();
