@@ -32,7 +32,11 @@ fn count_histogram() -> Histogram {
 pub struct RequestLabels {
     /// kv, leases, queue, state, deno_kv, changes, admin.
     pub api: &'static str,
+    /// write or read.
     pub call: &'static str,
+    /// The operation a write carried (`atomic` for several) or the query
+    /// a read asked (`operation_name`, `query_name`).
+    pub operation: &'static str,
     /// ok, or the error's kind.
     pub outcome: &'static str,
     /// client or peer (a request a member forwarded).
@@ -356,6 +360,53 @@ pub fn write_api(operations: &[Operation]) -> &'static str {
         };
     }
     api
+}
+
+/// A write's `operation` label: its one operation's name, or `atomic`.
+pub fn operation_name(operations: &[Operation]) -> &'static str {
+    let [operation] = operations else {
+        return "atomic";
+    };
+    match operation {
+        Operation::Set { .. } => "set",
+        Operation::Delete { .. } => "delete",
+        Operation::SweepExpired { .. } => "sweep_expired",
+        Operation::Expire { .. } => "expire",
+        Operation::Patch { .. } => "patch",
+        Operation::Copy { .. } => "copy",
+        Operation::DeleteRange { .. } => "delete_range",
+        Operation::AcquireLease { .. } => "acquire_lease",
+        Operation::RenewLease { .. } => "renew_lease",
+        Operation::ReleaseLease { .. } => "release_lease",
+        Operation::Check { .. } => "check",
+        Operation::Enqueue { .. } => "enqueue",
+        Operation::ClaimMessage { .. } => "claim_message",
+        Operation::FinishMessage { .. } => "finish_message",
+        Operation::RequeueOverdue { .. } => "requeue_overdue",
+        Operation::StateUpdate { .. } => "state_update",
+        Operation::Take { .. } => "take",
+        Operation::SumV8 { .. } => "sum_v8",
+        Operation::Counter { .. } => "counter",
+        Operation::Auth { .. } => "auth",
+    }
+}
+
+/// A read's `operation` label: its query's name.
+pub fn query_name(query: &lode_client::protocol::Query) -> &'static str {
+    use lode_client::protocol::Query;
+    match query {
+        Query::Get { .. } => "get",
+        Query::Exists { .. } => "exists",
+        Query::GetMany { .. } => "get_many",
+        Query::Scan { .. } => "scan",
+        Query::Namespaces { .. } => "namespaces",
+        Query::SessionKeys { .. } => "session_keys",
+        Query::Changes { .. } => "changes",
+        Query::Lease { .. } => "lease",
+        Query::Ranges { .. } => "ranges",
+        Query::NextDelivery { .. } => "next_delivery",
+        Query::StateEvents { .. } => "state_events",
+    }
 }
 
 /// The API family of a read, by its query.

@@ -939,10 +939,11 @@ impl LodeService for NodeService {
     async fn write(self, _context: Context, request: WriteRequest) -> Result<WriteResponse, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
         let began = tokio::time::Instant::now();
-        let (metrics, port, api) = (
+        let (metrics, port, api, operation) = (
             self.shared.metrics.clone(),
             self.port.label(),
             crate::metrics::write_api(&request.operations),
+            crate::metrics::operation_name(&request.operations),
         );
         let span = self.request_span("write");
         let result = async {
@@ -956,6 +957,7 @@ impl LodeService for NodeService {
         let labels = crate::metrics::RequestLabels {
             api,
             call: "write",
+            operation,
             outcome,
             port,
         };
@@ -982,10 +984,11 @@ impl LodeService for NodeService {
     async fn read(self, _context: Context, request: ReadRequest) -> Result<ReadResponse, LodeError> {
         let _in_flight = self.shared.in_flight.clone();
         let began = tokio::time::Instant::now();
-        let (metrics, port, api) = (
+        let (metrics, port, api, operation) = (
             self.shared.metrics.clone(),
             self.port.label(),
             crate::metrics::read_api(&request.query),
+            crate::metrics::query_name(&request.query),
         );
         let span = self.request_span("read");
         let result = async move {
@@ -999,6 +1002,7 @@ impl LodeService for NodeService {
         let labels = crate::metrics::RequestLabels {
             api,
             call: "read",
+            operation,
             outcome: crate::metrics::outcome(&result),
             port,
         };

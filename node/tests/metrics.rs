@@ -81,6 +81,7 @@ async fn every_series_of_the_dashboard_exists_and_writes_move_the_write_metrics(
             line.starts_with("lode_request_duration_seconds_count")
                 && line.contains("api=\"kv\"")
                 && line.contains("call=\"write\"")
+                && line.contains("operation=\"set\"")
                 && line.contains("outcome=\"ok\"")
         })
         .expect("a count of kv writes");
