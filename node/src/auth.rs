@@ -305,7 +305,7 @@ impl Allowed {
             for touched in touched_all {
                 if !self.permits(&touched.namespace, touched.access) {
                     return Err(LodeError::Forbidden {
-                        operation: format!("operation {index} ({})", operation_name(operation)),
+                        operation: format!("operation {index} ({})", operation.name()),
                         namespace: shown(&touched.namespace),
                         access: access_name(touched.access).to_owned(),
                     });
@@ -371,31 +371,6 @@ impl Allowed {
             namespace: String::new(),
             access: "admin".to_owned(),
         })
-    }
-}
-
-fn operation_name(operation: &Operation) -> &'static str {
-    match operation {
-        Operation::Set { .. } => "set",
-        Operation::Delete { .. } => "delete",
-        Operation::SweepExpired { .. } => "sweep_expired",
-        Operation::Expire { .. } => "expire",
-        Operation::Patch { .. } => "patch",
-        Operation::Copy { .. } => "copy",
-        Operation::DeleteRange { .. } => "delete_range",
-        Operation::AcquireLease { .. } => "acquire_lease",
-        Operation::RenewLease { .. } => "renew_lease",
-        Operation::ReleaseLease { .. } => "release_lease",
-        Operation::Check { .. } => "check",
-        Operation::Enqueue { .. } => "enqueue",
-        Operation::ClaimMessage { .. } => "claim_message",
-        Operation::FinishMessage { .. } => "finish_message",
-        Operation::RequeueOverdue { .. } => "requeue_overdue",
-        Operation::StateUpdate { .. } => "state_update",
-        Operation::Take { .. } => "take",
-        Operation::SumV8 { .. } => "sum_v8",
-        Operation::Counter { .. } => "counter",
-        Operation::Auth { .. } => "auth",
     }
 }
 

@@ -74,6 +74,8 @@ pub struct Metrics {
     pub snapshot_install_seconds: Histogram,
     pub snapshot_sent_bytes: Counter,
     pub snapshots_sent: Counter,
+    pub snapshot_send_seconds: Histogram,
+    pub snapshot_received_bytes: Counter,
     pub leader_changes: Counter,
     pub term: Gauge,
     pub leader: Gauge,
@@ -117,6 +119,8 @@ impl Metrics {
             snapshot_install_seconds: latency_histogram(),
             snapshot_sent_bytes: Counter::default(),
             snapshots_sent: Counter::default(),
+            snapshot_send_seconds: latency_histogram(),
+            snapshot_received_bytes: Counter::default(),
             leader_changes: Counter::default(),
             term: Gauge::default(),
             leader: Gauge::default(),
@@ -201,6 +205,18 @@ impl Metrics {
             "snapshots_sent",
             "Snapshots this member sent whole to a follower (last chunk acknowledged)",
             self.snapshots_sent.clone(),
+        );
+        registry.register_with_unit(
+            "snapshot_send_duration",
+            "Snapshots sent to a follower, from the first chunk to the last acknowledged",
+            seconds(),
+            self.snapshot_send_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "snapshot_received",
+            "Bytes of snapshot chunks this member received and accepted",
+            Unit::Bytes,
+            self.snapshot_received_bytes.clone(),
         );
         registry.register(
             "leader_changes",
@@ -367,28 +383,7 @@ pub fn operation_name(operations: &[Operation]) -> &'static str {
     let [operation] = operations else {
         return "atomic";
     };
-    match operation {
-        Operation::Set { .. } => "set",
-        Operation::Delete { .. } => "delete",
-        Operation::SweepExpired { .. } => "sweep_expired",
-        Operation::Expire { .. } => "expire",
-        Operation::Patch { .. } => "patch",
-        Operation::Copy { .. } => "copy",
-        Operation::DeleteRange { .. } => "delete_range",
-        Operation::AcquireLease { .. } => "acquire_lease",
-        Operation::RenewLease { .. } => "renew_lease",
-        Operation::ReleaseLease { .. } => "release_lease",
-        Operation::Check { .. } => "check",
-        Operation::Enqueue { .. } => "enqueue",
-        Operation::ClaimMessage { .. } => "claim_message",
-        Operation::FinishMessage { .. } => "finish_message",
-        Operation::RequeueOverdue { .. } => "requeue_overdue",
-        Operation::StateUpdate { .. } => "state_update",
-        Operation::Take { .. } => "take",
-        Operation::SumV8 { .. } => "sum_v8",
-        Operation::Counter { .. } => "counter",
-        Operation::Auth { .. } => "auth",
-    }
+    operation.name()
 }
 
 /// A read's `operation` label: its query's name.

@@ -85,6 +85,8 @@ pub struct PeerClient {
     connection: Arc<Connection>,
     lost_members: Arc<crate::admission::LostMembers>,
     metrics: Arc<crate::metrics::Metrics>,
+    /// When the snapshot being sent sent its first chunk.
+    snapshot_started: Option<tokio::time::Instant>,
     /// Whether the last call failed in transport, so that an outage is
     /// logged once when it starts and once when it ends.
     failing: bool,
@@ -100,6 +102,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             connection: self.peers.get(&node.peer_address),
             lost_members: self.lost_members.clone(),
             metrics: self.metrics.clone(),
+            snapshot_started: None,
             failing: false,
         }
     }
@@ -214,11 +217,19 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId, InstallSnapshotError>>>
     {
         let (bytes, done) = (request.data.len() as u64, request.done);
+        if request.offset == 0 {
+            self.snapshot_started = Some(tokio::time::Instant::now());
+        }
         let answer = self.send(RaftMessageKind::InstallSnapshot, &request, &option).await;
         if answer.is_ok() {
             self.metrics.snapshot_sent_bytes.inc_by(bytes);
             if done {
                 self.metrics.snapshots_sent.inc();
+                if let Some(started) = self.snapshot_started.take() {
+                    self.metrics
+                        .snapshot_send_seconds
+                        .observe(started.elapsed().as_secs_f64());
+                }
             }
         }
         answer

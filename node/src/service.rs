@@ -565,14 +565,7 @@ impl NodeService {
         let _changing = self.shared.membership_changes.lock().await;
         self.require_voting_leader()?;
         self.require_settled_membership()?;
-        let membership = self
-            .shared
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .clone();
+        let membership = self.membership();
         let Some(member) = membership.get_node(&id).cloned() else {
             return Ok(());
         };
@@ -604,14 +597,7 @@ impl NodeService {
         let _changing = self.shared.membership_changes.lock().await;
         self.require_voting_leader()?;
         self.require_settled_membership()?;
-        let membership = self
-            .shared
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .clone();
+        let membership = self.membership();
         if membership.get_node(&id).is_none() || membership.voter_ids().any(|voter| voter == id) {
             return Ok(());
         }
@@ -644,6 +630,17 @@ impl NodeService {
             tracing::info!(member = id, "member published its client address");
         }
         Ok(self.local_status())
+    }
+
+    /// The membership in effect on this member.
+    fn membership(&self) -> openraft::Membership<u64, Member> {
+        self.shared
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .clone()
     }
 
     /// `unavailable` unless this member leads as a voter: a leader that
@@ -733,14 +730,7 @@ impl NodeService {
     async fn remove_member_on_leader(&self, id: u64, force: bool) -> Result<ClusterStatus, LodeError> {
         let _changing = self.shared.membership_changes.lock().await;
         self.require_voting_leader()?;
-        let membership = self
-            .shared
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .clone();
+        let membership = self.membership();
         if membership.get_node(&id).is_none() {
             return Err(LodeError::NotFound(format!("member {id}")));
         }
@@ -788,7 +778,12 @@ impl NodeService {
             RaftMessageKind::InstallSnapshot => {
                 let request: openraft::raft::InstallSnapshotRequest<TypeConfig> = decode(&payload)?;
                 check_snapshot_chunk(&request)?;
-                encode(&raft.install_snapshot(request).await)
+                let bytes = request.data.len() as u64;
+                let answer = raft.install_snapshot(request).await;
+                if answer.is_ok() {
+                    self.shared.metrics.snapshot_received_bytes.inc_by(bytes);
+                }
+                encode(&answer)
             }
         }
     }

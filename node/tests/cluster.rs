@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lode_client::protocol::{Operation, WriteRequest};
 use lode_client::{Client, Consistency};
-use support::{wait_until, TestCluster};
+use support::{wait_for_voter, wait_until, TestCluster};
 
 const NAMESPACE: &str = "test";
 
@@ -51,18 +51,6 @@ async fn write_keys(client: &Client, keys: std::ops::Range<u64>, tasks: u64) -> 
         highest = highest.max(handle.await.expect("writer task"));
     }
     highest
-}
-
-async fn wait_for_voter(client: &Client, id: u64) {
-    wait_until(&format!("member {id} to become a voter"), || async {
-        let status = client.cluster_status().await.ok()?;
-        status
-            .members
-            .iter()
-            .any(|member| member.id == id && member.voter)
-            .then_some(())
-    })
-    .await;
 }
 
 fn is_learner(status: &lode_client::protocol::ClusterStatus, id: u64) -> bool {

@@ -126,4 +126,12 @@ async fn a_snapshot_sent_to_a_new_member_shows_on_the_leader() {
     })
     .await;
     assert!(series["lode_snapshot_sent_bytes_total"] > 0.0, "{series:?}");
+    assert!(series["lode_snapshot_send_duration_seconds_count"] >= 1.0, "{series:?}");
+    let spare_http = cluster.kv_connect_url(4).trim_start_matches("http://").to_owned();
+    let received = scraped(&support::get(&spare_http, "/metrics", None).1);
+    assert!(received["lode_snapshot_received_bytes_total"] > 0.0, "{received:?}");
+    assert!(
+        received["lode_snapshot_install_duration_seconds_count"] >= 1.0,
+        "{received:?}"
+    );
 }

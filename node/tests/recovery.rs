@@ -6,7 +6,7 @@
 mod support;
 
 use lode_client::Client;
-use support::{wait_until, TestCluster};
+use support::{wait_for_voter, TestCluster};
 
 const NAMESPACE: &str = "recovery";
 
@@ -30,18 +30,6 @@ async fn assert_keys(client: &Client, keys: std::ops::Range<u64>) {
         let value = kv.get(format!("key-{key}")).await.expect("read");
         assert_eq!(value, Some(format!("value-{key}").into_bytes()), "key-{key}");
     }
-}
-
-async fn wait_for_voter(client: &Client, id: u64) {
-    wait_until(&format!("member {id} to become a voter"), || async {
-        let status = client.cluster_status().await.ok()?;
-        status
-            .members
-            .iter()
-            .any(|member| member.id == id && member.voter)
-            .then_some(())
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -289,6 +289,32 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// The operation's name in messages and metrics labels.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Operation::Set { .. } => "set",
+            Operation::Delete { .. } => "delete",
+            Operation::SweepExpired { .. } => "sweep_expired",
+            Operation::Expire { .. } => "expire",
+            Operation::Patch { .. } => "patch",
+            Operation::Copy { .. } => "copy",
+            Operation::DeleteRange { .. } => "delete_range",
+            Operation::AcquireLease { .. } => "acquire_lease",
+            Operation::RenewLease { .. } => "renew_lease",
+            Operation::ReleaseLease { .. } => "release_lease",
+            Operation::Check { .. } => "check",
+            Operation::Enqueue { .. } => "enqueue",
+            Operation::ClaimMessage { .. } => "claim_message",
+            Operation::FinishMessage { .. } => "finish_message",
+            Operation::RequeueOverdue { .. } => "requeue_overdue",
+            Operation::StateUpdate { .. } => "state_update",
+            Operation::Take { .. } => "take",
+            Operation::SumV8 { .. } => "sum_v8",
+            Operation::Counter { .. } => "counter",
+            Operation::Auth { .. } => "auth",
+        }
+    }
+
     /// Whether the operation may add to the stored state, so a member over
     /// its storage quota refuses it. Removals, releases, renewals, expiry
     /// changes, checks, the queue's claims and finishes and auth changes

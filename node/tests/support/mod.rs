@@ -337,19 +337,9 @@ impl TestCluster {
     pub fn stop_gracefully(&mut self, id: u64) -> Duration {
         self.signal(id, "TERM");
         let started = std::time::Instant::now();
-        let mut process = self
-            .members
-            .get_mut(&id)
-            .and_then(|member| member.process.take())
-            .expect("a running member");
-        loop {
-            if let Some(status) = process.try_wait().expect("poll the member") {
-                assert!(status.success(), "member {id} exited with {status} after SIGTERM");
-                return started.elapsed();
-            }
-            assert!(started.elapsed() < WAIT_MAX, "member {id} did not exit after SIGTERM");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let status = self.wait_for_exit(id);
+        assert!(status.success(), "member {id} exited with {status} after SIGTERM");
+        started.elapsed()
     }
 
     /// Waits for member `id` to exit by itself; returns its exit status.
@@ -365,7 +355,7 @@ impl TestCluster {
                 return status;
             }
             assert!(started.elapsed() < WAIT_MAX, "member {id} did not exit");
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -558,6 +548,19 @@ impl Drop for TestCluster {
 }
 
 /// Polls `condition` until it yields a value, failing after `WAIT_MAX`.
+/// Waits until the cluster's status shows member `id` as a voter.
+pub async fn wait_for_voter(client: &lode_client::Client, id: u64) {
+    wait_until(&format!("member {id} to become a voter"), || async {
+        let status = client.cluster_status().await.ok()?;
+        status
+            .members
+            .iter()
+            .any(|member| member.id == id && member.voter)
+            .then_some(())
+    })
+    .await;
+}
+
 pub async fn wait_until<T, F, Fut>(what: &str, mut condition: F) -> T
 where
     F: FnMut() -> Fut,
