@@ -165,6 +165,23 @@ pub struct EntryMeta {
 }
 
 impl Query {
+    /// The query's name in messages and metrics labels.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Query::Get { .. } => "get",
+            Query::Exists { .. } => "exists",
+            Query::GetMany { .. } => "get_many",
+            Query::Scan { .. } => "scan",
+            Query::Namespaces { .. } => "namespaces",
+            Query::SessionKeys { .. } => "session_keys",
+            Query::Changes { .. } => "changes",
+            Query::Lease { .. } => "lease",
+            Query::Ranges { .. } => "ranges",
+            Query::NextDelivery { .. } => "next_delivery",
+            Query::StateEvents { .. } => "state_events",
+        }
+    }
+
     /// Checks the query's limits; the message names the field and the limit.
     pub fn validate(&self) -> Result<(), String> {
         use crate::limits::{

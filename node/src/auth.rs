@@ -337,7 +337,7 @@ impl Allowed {
             return Ok(());
         }
         Err(LodeError::Forbidden {
-            operation: format!("a {} read", query_name(query)),
+            operation: format!("a {} read", query.name()),
             namespace: shown(namespace),
             access: "read".to_owned(),
         })
@@ -371,21 +371,5 @@ impl Allowed {
             namespace: String::new(),
             access: "admin".to_owned(),
         })
-    }
-}
-
-fn query_name(query: &Query) -> &'static str {
-    match query {
-        Query::Get { .. } => "get",
-        Query::Exists { .. } => "exists",
-        Query::GetMany { .. } => "get_many",
-        Query::Scan { .. } => "scan",
-        Query::Namespaces { .. } => "namespaces",
-        Query::SessionKeys { .. } => "session_keys",
-        Query::Changes { .. } => "changes",
-        Query::Lease { .. } => "lease",
-        Query::Ranges { .. } => "ranges",
-        Query::NextDelivery { .. } => "next_delivery",
-        Query::StateEvents { .. } => "state_events",
     }
 }

@@ -35,7 +35,7 @@ pub struct RequestLabels {
     /// write or read.
     pub call: &'static str,
     /// The operation a write carried (`atomic` for several) or the query
-    /// a read asked (`operation_name`, `query_name`).
+    /// a read asked (`operation_name`, `Query::name`).
     pub operation: &'static str,
     /// ok, or the error's kind.
     pub outcome: &'static str,
@@ -60,6 +60,15 @@ pub struct CallLabels {
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// A call counted in `lode_requests_in_flight` until dropped.
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
 
 /// Every metric a member exports.
 pub struct Metrics {
@@ -93,7 +102,7 @@ pub struct Metrics {
     pub change_log_events: Gauge,
     pub change_log_bytes: Gauge,
     pub dedup_records: Gauge,
-    pub requests_in_flight: Gauge,
+    pub requests_in_flight: Family<PortLabels, Gauge>,
     pub connections_open: Family<PortLabels, Gauge>,
     pub kv_connect_requests: Family<CallLabels, Counter>,
 }
@@ -138,7 +147,7 @@ impl Metrics {
             change_log_events: Gauge::default(),
             change_log_bytes: Gauge::default(),
             dedup_records: Gauge::default(),
-            requests_in_flight: Gauge::default(),
+            requests_in_flight: Family::default(),
             connections_open: Family::default(),
             kv_connect_requests: Family::default(),
         };
@@ -299,7 +308,7 @@ impl Metrics {
         );
         registry.register(
             "requests_in_flight",
-            "Calls being served",
+            "Calls being served, by port",
             self.requests_in_flight.clone(),
         );
         registry.register(
@@ -317,6 +326,13 @@ impl Metrics {
     /// Records one call's latency and outcome.
     pub fn observe_request(&self, labels: RequestLabels, duration: Duration) {
         self.requests.get_or_create(&labels).observe(duration.as_secs_f64());
+    }
+
+    /// Counts a call on `port` as in flight while the guard lives.
+    pub fn request_in_flight(&self, port: &'static str) -> InFlight {
+        let gauge = self.requests_in_flight.get_or_create(&PortLabels { port }).clone();
+        gauge.inc();
+        InFlight(gauge)
     }
 
     /// The gauge of `port`'s open connections.
@@ -384,24 +400,6 @@ pub fn operation_name(operations: &[Operation]) -> &'static str {
         return "atomic";
     };
     operation.name()
-}
-
-/// A read's `operation` label: its query's name.
-pub fn query_name(query: &lode_client::protocol::Query) -> &'static str {
-    use lode_client::protocol::Query;
-    match query {
-        Query::Get { .. } => "get",
-        Query::Exists { .. } => "exists",
-        Query::GetMany { .. } => "get_many",
-        Query::Scan { .. } => "scan",
-        Query::Namespaces { .. } => "namespaces",
-        Query::SessionKeys { .. } => "session_keys",
-        Query::Changes { .. } => "changes",
-        Query::Lease { .. } => "lease",
-        Query::Ranges { .. } => "ranges",
-        Query::NextDelivery { .. } => "next_delivery",
-        Query::StateEvents { .. } => "state_events",
-    }
 }
 
 /// The API family of a read, by its query.

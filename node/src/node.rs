@@ -106,9 +106,6 @@ fn refresh_gauges(shared: &Shared) {
         .set(raft.millis_since_quorum_ack.map_or(0.0, |age| age as f64 / 1000.0));
     metrics.quota_bytes.set(shared.quota.quota_bytes() as i64);
     metrics.quota_used_bytes.set(shared.quota.used_bytes() as i64);
-    metrics
-        .requests_in_flight
-        .set(Arc::strong_count(&shared.in_flight) as i64 - 1);
     if let Some(rocks) = shared.state_engine.as_rocks() {
         match rocks.properties() {
             Ok(properties) => {

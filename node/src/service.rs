@@ -87,6 +87,15 @@ impl NodeService {
         }
     }
 
+    /// Counts a call while it is served: for shutdown (which waits for
+    /// calls to finish) and for `lode_requests_in_flight`.
+    fn in_flight(&self) -> (Arc<()>, crate::metrics::InFlight) {
+        (
+            self.shared.in_flight.clone(),
+            self.shared.metrics.request_in_flight(self.port.label()),
+        )
+    }
+
     fn is_leader(&self) -> bool {
         self.shared.raft.metrics().borrow().state == ServerState::Leader
     }
@@ -932,7 +941,7 @@ fn filter_answer(allowed: &Allowed, mut response: ReadResponse) -> ReadResponse 
 
 impl LodeService for NodeService {
     async fn write(self, _context: Context, request: WriteRequest) -> Result<WriteResponse, LodeError> {
-        let _in_flight = self.shared.in_flight.clone();
+        let _in_flight = self.in_flight();
         let began = tokio::time::Instant::now();
         let (metrics, port, api, operation) = (
             self.shared.metrics.clone(),
@@ -971,19 +980,19 @@ impl LodeService for NodeService {
                 "write_checked is served on the peer port only".to_owned(),
             ));
         }
-        let _in_flight = self.shared.in_flight.clone();
+        let _in_flight = self.in_flight();
         let span = self.request_span("write");
         self.write_request(request, grants_revision).instrument(span).await
     }
 
     async fn read(self, _context: Context, request: ReadRequest) -> Result<ReadResponse, LodeError> {
-        let _in_flight = self.shared.in_flight.clone();
+        let _in_flight = self.in_flight();
         let began = tokio::time::Instant::now();
         let (metrics, port, api, operation) = (
             self.shared.metrics.clone(),
             self.port.label(),
             crate::metrics::read_api(&request.query),
-            crate::metrics::query_name(&request.query),
+            request.query.name(),
         );
         let span = self.request_span("read");
         let result = async move {
@@ -1006,7 +1015,7 @@ impl LodeService for NodeService {
     }
 
     async fn cluster_status(self, _context: Context) -> Result<ClusterStatus, LodeError> {
-        let _in_flight = self.shared.in_flight.clone();
+        let _in_flight = self.in_flight();
         let span = self.request_span("cluster_status");
         let admin = self.allowed()?.is_admin();
         let mut status = self.leader_status().instrument(span).await?;
@@ -1049,28 +1058,28 @@ impl LodeService for NodeService {
         addresses: MemberAddresses,
         cluster: Option<ClusterId>,
     ) -> Result<ClusterStatus, LodeError> {
-        let _in_flight = self.shared.in_flight.clone();
+        let _in_flight = self.in_flight();
         let span = self.request_span("add_member");
         self.allowed()?.require_admin("add_member")?;
         self.add_member_request(id, addresses, cluster).instrument(span).await
     }
 
     async fn remove_member(self, _context: Context, id: u64, force: bool) -> Result<ClusterStatus, LodeError> {
-        let _in_flight = self.shared.in_flight.clone();
+        let _in_flight = self.in_flight();
         let span = self.request_span("remove_member");
         self.allowed()?.require_admin("remove_member")?;
         self.remove_member_request(id, force).instrument(span).await
     }
 
     async fn backup_begin(self, _: Context) -> Result<(u64, lode_types::backup::BackupHeader), LodeError> {
-        let _in_flight = self.shared.in_flight.clone();
+        let _in_flight = self.in_flight();
         let span = self.request_span("backup_begin");
         self.allowed()?.require_admin("backup")?;
         self.backup_request().instrument(span).await
     }
 
     async fn backup_read(self, _: Context, backup: u64, offset: u64, length: u32) -> Result<ByteBuf, LodeError> {
-        let _in_flight = self.shared.in_flight.clone();
+        let _in_flight = self.in_flight();
         self.allowed()?.require_admin("backup")?;
         let chunk = self.shared.backups.read(backup, offset, length).await?;
         Ok(ByteBuf::from(chunk))

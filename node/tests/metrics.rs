@@ -97,6 +97,10 @@ async fn every_series_of_the_dashboard_exists_and_writes_move_the_write_metrics(
             "{body}"
         );
     }
+    // The scrape itself is the HTTP port's request in flight; the writes'
+    // counts went back to zero.
+    assert!(body.contains("lode_requests_in_flight{port=\"http\"} 1"), "{body}");
+    assert!(body.contains("lode_requests_in_flight{port=\"client\"} 0"), "{body}");
     // Every follower shows on the leader with its lag.
     for id in (1..=3).filter(|id| *id != leader) {
         assert!(

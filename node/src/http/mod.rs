@@ -162,6 +162,7 @@ impl HttpServer {
             .route("/ready", get(readiness::ready))
             .route("/metrics", get(metrics::metrics))
             .layer(axum::extract::DefaultBodyLimit::max(kv_connect::BODY_BYTES_MAX))
+            .layer(axum::middleware::from_fn_with_state(gateway.clone(), count_in_flight))
             .with_state(gateway.clone());
         let settings = PortSettings {
             tls: config.tls.clone().map(|tls| (tls, TlsPort::Http)),
@@ -194,6 +195,17 @@ impl HttpServer {
             task.abort();
         }
     }
+}
+
+/// Counts the request in `lode_requests_in_flight{port="http"}` until its
+/// answer is ready (a watch's stream is counted until it starts).
+async fn count_in_flight(
+    axum::extract::State(gateway): axum::extract::State<Arc<Gateway>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let _in_flight = gateway.metrics.metrics().request_in_flight("http");
+    next.run(request).await
 }
 
 async fn require_token(
