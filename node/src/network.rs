@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lode_client::connection::{CallFailure, Connection};
-use lode_client::protocol::{ByteBuf, ClusterId, RaftMessageKind};
+use lode_client::protocol::{ByteBuf, ClusterId, ClusterStatus, RaftMessageKind};
 use lode_client::tls::Transport;
 use lode_client::LodeError;
 use lode_raft_store::{Member, NodeId, TypeConfig};
@@ -48,14 +48,14 @@ impl PeerConnections {
             .clone()
     }
 
-    /// Which of `members` (id, peer address) answer a status call within
-    /// `timeout` as members of `cluster`, asked concurrently.
-    pub async fn answering(
+    /// The status of each of `members` (id, peer address) that answers
+    /// within `timeout` as a member of `cluster`, asked concurrently.
+    pub async fn statuses(
         &self,
         members: Vec<(NodeId, String)>,
         cluster: ClusterId,
         timeout: Duration,
-    ) -> Vec<NodeId> {
+    ) -> Vec<(NodeId, ClusterStatus)> {
         let asks = members.into_iter().map(|(id, address)| async move {
             let answer = self
                 .get(&address)
@@ -64,9 +64,26 @@ impl PeerConnections {
                     |client, context| async move { client.node_status(context).await },
                 )
                 .await;
-            matches!(answer, Ok(Ok(status)) if status.cluster_id == Some(cluster)).then_some(id)
+            match answer {
+                Ok(Ok(status)) if status.cluster_id == Some(cluster) => Some((id, status)),
+                _ => None,
+            }
         });
         futures::future::join_all(asks).await.into_iter().flatten().collect()
+    }
+
+    /// Which of `members` answer as members of `cluster` ([`Self::statuses`]).
+    pub async fn answering(
+        &self,
+        members: Vec<(NodeId, String)>,
+        cluster: ClusterId,
+        timeout: Duration,
+    ) -> Vec<NodeId> {
+        self.statuses(members, cluster, timeout)
+            .await
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
     }
 }
 

@@ -511,23 +511,8 @@ async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> bo
     let timeout = Duration::from_millis(FOUNDER_PING_TIMEOUT_MS);
     let mut waiting_logged = false;
     loop {
-        let asks = others.iter().map(|(id, address)| async move {
-            let connection = shared.peers.get(address);
-            let status = connection
-                .call(
-                    timeout,
-                    |client, context| async move { client.node_status(context).await },
-                )
-                .await;
-            match status {
-                Ok(Ok(status)) if status.cluster_id == Some(cluster) => {
-                    Some((*id, address, !status.members.is_empty()))
-                }
-                _ => None,
-            }
-        });
-        let answers: Vec<(u64, &String, bool)> = futures::future::join_all(asks).await.into_iter().flatten().collect();
-        if let Some((holder, _, _)) = answers.iter().find(|(_, _, holds_state)| *holds_state) {
+        let answers = shared.peers.statuses(others.clone(), cluster, timeout).await;
+        if let Some((holder, _)) = answers.iter().find(|(_, status)| !status.members.is_empty()) {
             tracing::warn!(
                 node = shared.id,
                 holder,
@@ -537,9 +522,10 @@ async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> bo
             return false;
         }
         if answers.len() + 1 > founders.len() / 2 {
-            let admissions = answers
-                .iter()
-                .map(|(_, address, _)| crate::admission::admit(&shared.peers, address, cluster));
+            let admissions = answers.iter().filter_map(|(id, _)| {
+                let address = founders.get(id)?;
+                Some(crate::admission::admit(&shared.peers, address, cluster))
+            });
             if futures::future::join_all(admissions).await.iter().all(Result::is_ok) {
                 shared.admission.admit();
                 return true;
