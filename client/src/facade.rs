@@ -63,7 +63,52 @@ impl Listener for TcpListener {
 
 /// The real clock and the thread RNG.
 #[derive(Debug, Default)]
-pub struct SystemEnvironment;
+pub struct SystemEnvironment {
+    /// Addresses dialled elsewhere than DNS says (`host:port` to
+    /// `ip:port`), like curl's `--resolve`; empty but for tests that run
+    /// several members on one host under the names a deployment gives them.
+    resolve_overrides: std::collections::BTreeMap<String, String>,
+}
+
+/// Most entries `LODE_RESOLVE_OVERRIDE` may hold.
+pub const RESOLVE_OVERRIDES_MAX: usize = 256;
+
+/// The system's environment without overrides.
+static SYSTEM: SystemEnvironment = SystemEnvironment {
+    resolve_overrides: std::collections::BTreeMap::new(),
+};
+
+impl SystemEnvironment {
+    /// The system's environment without overrides, for an environment
+    /// that defers to it outside a simulation.
+    pub fn plain() -> &'static SystemEnvironment {
+        &SYSTEM
+    }
+
+    /// The system's environment with `overrides`: `host:port=ip:port`
+    /// pairs, comma-separated. The name stays what TLS checks; only the
+    /// socket goes to the other address.
+    pub fn with_resolve_overrides(overrides: &str) -> Result<Self, String> {
+        let mut resolve_overrides = std::collections::BTreeMap::new();
+        for pair in overrides.split(',').filter(|pair| !pair.trim().is_empty()) {
+            let (name, address) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("resolve override {pair:?} is not HOST:PORT=IP:PORT"))?;
+            let address: SocketAddr = address
+                .trim()
+                .parse()
+                .map_err(|_| format!("resolve override {pair:?}: {address:?} is not IP:PORT"))?;
+            resolve_overrides.insert(name.trim().to_owned(), address.to_string());
+        }
+        if resolve_overrides.len() > RESOLVE_OVERRIDES_MAX {
+            return Err(format!(
+                "{} resolve overrides given; at most {RESOLVE_OVERRIDES_MAX} (resolve_overrides_max)",
+                resolve_overrides.len()
+            ));
+        }
+        Ok(Self { resolve_overrides })
+    }
+}
 
 impl Environment for SystemEnvironment {
     fn now_micros(&self) -> u64 {
@@ -79,6 +124,9 @@ impl Environment for SystemEnvironment {
 
     fn connect<'a>(&'a self, address: &'a str) -> EnvironmentFuture<'a, io::Result<Box<dyn ByteStream>>> {
         Box::pin(async move {
+            // A name is looked up at every dial, so a member that moved
+            // (a pod rescheduled under the same DNS name) is found again.
+            let address = self.resolve_overrides.get(address).map_or(address, String::as_str);
             let stream = tokio::net::TcpStream::connect(address).await?;
             stream.set_nodelay(true)?;
             Ok(Box::new(stream) as Box<dyn ByteStream>)
@@ -102,7 +150,7 @@ pub fn install(environment: Box<dyn Environment>) -> bool {
 }
 
 fn environment() -> &'static dyn Environment {
-    ENVIRONMENT.get_or_init(|| Box::new(SystemEnvironment)).as_ref()
+    ENVIRONMENT.get_or_init(|| Box::<SystemEnvironment>::default()).as_ref()
 }
 
 /// Wall-clock time in microseconds since the Unix epoch.

@@ -110,6 +110,18 @@ pub async fn readmit_lost_members(shared: Arc<Shared>, service: crate::service::
     }
 }
 
+/// A member's data is from before its removal from its cluster.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "member {id} was removed from cluster {cluster}, and this data directory is from before its removal: \
+     move it away, start the member with an empty data directory and add it again \
+     (`lode cluster add`), or start it with --rejoin-when-removed"
+)]
+pub struct Removed {
+    pub id: u64,
+    pub cluster: ClusterId,
+}
+
 /// How long each other member has to answer whether this one was removed.
 const REMOVAL_CHECK_TIMEOUT_MS: u64 = 1_000;
 
@@ -123,14 +135,8 @@ pub async fn refuse_if_removed(
     membership: &openraft::Membership<u64, lode_raft_store::Member>,
     peers: &PeerConnections,
     cluster: ClusterId,
-) -> Result<(), anyhow::Error> {
-    let removed = || {
-        anyhow::anyhow!(
-            "member {id} was removed from cluster {cluster}, and this data directory is from before its removal: \
-             move it away, start the member with an empty data directory and add it again \
-             (`lode cluster add`)"
-        )
-    };
+) -> Result<(), Removed> {
+    let removed = || Removed { id, cluster };
     if membership.get_node(&id).is_none() {
         return Err(removed());
     }

@@ -97,6 +97,11 @@ pub struct NodeConfig {
     /// Quorum-loss recovery: before starting, make this member the only
     /// voter of a new cluster, keeping every entry (`quorum_recovery.rs`).
     pub force_new_cluster: bool,
+    /// Where a member its cluster no longer lists (removed, then started
+    /// again on its old data or on none) joins again as a new learner, by
+    /// a member's peer address; `None`: such a member refuses to start
+    /// (old data) or waits to be added (no data).
+    pub rejoin_through: Option<String>,
 }
 
 impl NodeConfig {
@@ -137,6 +142,7 @@ impl NodeConfig {
             promote_lag_entries_max: 1_000,
             promote_caught_up_ms: 3_000,
             force_new_cluster: false,
+            rejoin_through: None,
         }
     }
 }

@@ -63,6 +63,11 @@ impl Lode {
         Ok(Lode { node, client })
     }
 
+    /// The client address the member serves on (loopback).
+    pub fn address(&self) -> &str {
+        self.node.address()
+    }
+
     /// The SDK client of this store.
     pub fn client(&self) -> &Client {
         &self.client

@@ -9,6 +9,20 @@ mod cli;
 
 fn main() -> ExitCode {
     let arguments = cli::Arguments::parse();
+    // Tests that run a deployment's members on one host give the names
+    // the deployment advertises their loopback addresses (like curl's
+    // `--resolve`); nothing else sets it.
+    if let Ok(overrides) = std::env::var("LODE_RESOLVE_OVERRIDE") {
+        match lode_client::facade::SystemEnvironment::with_resolve_overrides(&overrides) {
+            Ok(environment) => {
+                lode_client::facade::install(Box::new(environment));
+            }
+            Err(message) => {
+                eprintln!("lode: LODE_RESOLVE_OVERRIDE: {message}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     cli::init_logging(&arguments);
     if matches!(arguments.command, cli::Commands::Node(_) | cli::Commands::Dev(_)) {
         // Everything a member writes (RocksDB's files, snapshots) is its

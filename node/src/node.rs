@@ -157,54 +157,39 @@ impl Node {
         }
         let address = listeners.client.local_addr()?.to_string();
         let peer_address = listeners.peer.local_addr()?.to_string();
-        let (log_engine, state_engine) = match &config.storage {
-            Storage::Disk => {
-                private_directory(&config.data_dir)?;
-                (
-                    SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("log"))?),
-                    SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("state"))?),
-                )
-            }
-            Storage::Memory { log, state } => (
-                SelectedEngine::Memory(log.clone()),
-                SelectedEngine::Memory(state.clone()),
-            ),
-        };
-        let (log_engine, state_engine) = (Arc::new(log_engine), Arc::new(state_engine));
         let metrics = Arc::new(crate::metrics::Metrics::new());
+        let peers = PeerConnections::new(match &config.tls {
+            Some(tls) => Transport::Tls(tls.peer_client()),
+            None => Transport::Plain,
+        });
+        let opened = match open_storage(&config, &peers, &metrics).await {
+            Err(OpenError::Removed(removed))
+                if config.rejoin_through.is_some() && matches!(config.storage, Storage::Disk) =>
+            {
+                // Every engine opened above is closed again by now.
+                tracing::warn!(
+                    node = config.id,
+                    %removed,
+                    "this data directory is from before the member's removal; deleting it and joining again as a new learner"
+                );
+                remove_member_data(&config.data_dir)?;
+                open_storage(&config, &peers, &metrics).await?
+            }
+            other => other?,
+        };
+        let OpenedStorage {
+            log_store,
+            state_machine,
+            state_engine,
+            cluster,
+            holds_state,
+        } = opened;
+        let reader = state_machine.reader();
         let backups = crate::backup::Backups::new(state_engine.clone());
         let quota = Arc::new(crate::storage_quota::StorageQuota::new(
             state_engine.clone(),
             config.storage_bytes_max,
         ));
-        let mut state_machine = StateMachineStore::open(state_engine.clone())?;
-        let reader = state_machine.reader();
-        let snapshot_on_disk = state_machine.snapshot_on_disk();
-        let mut log_store = LogStore::new(log_engine).purging_only_behind(snapshot_on_disk, PURGE_WAIT_FOR_SNAPSHOT);
-        // Timed on disk only: a simulated run records nothing.
-        if matches!(config.storage, Storage::Disk) {
-            state_machine = state_machine.observed_by(metrics.clone());
-            log_store = log_store.observed_by(metrics.clone());
-        }
-        let peers = PeerConnections::new(match &config.tls {
-            Some(tls) => Transport::Tls(tls.peer_client()),
-            None => Transport::Plain,
-        });
-        if config.force_new_cluster {
-            crate::quorum_recovery::force_new_cluster(&config, &mut log_store, &mut state_machine, &peers).await?;
-        }
-        let holds_state = holds_cluster_state(&mut log_store).await?;
-        let cluster = Arc::new(ClusterIdentity::open(log_store.clone())?);
-        if let (true, Some(cluster_id)) = (holds_state, cluster.get()) {
-            // A vote alone (a founder that voted before any entry) knows no membership yet.
-            let known = lode_raft_store::recovery::effective_membership(&mut log_store, &mut state_machine)
-                .await
-                .ok()
-                .filter(|membership| membership.nodes().next().is_some());
-            if let Some(membership) = known {
-                crate::admission::refuse_if_removed(config.id, &membership, &peers, cluster_id).await?;
-            }
-        }
         settle_cluster_id(&config, &cluster).await?;
         let raft_config = Config {
             cluster_name: config.cluster_name.clone(),
@@ -417,6 +402,96 @@ async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, sto
     accept_loop(listener, settings, stop, serve_one).await
 }
 
+/// A member's storage, opened and checked before Raft starts.
+struct OpenedStorage {
+    log_store: LogStore<SelectedEngine>,
+    state_machine: StateMachineStore<SelectedEngine>,
+    state_engine: Arc<SelectedEngine>,
+    cluster: Arc<ClusterIdentity>,
+    holds_state: bool,
+}
+
+/// Why storage did not open.
+#[derive(Debug, thiserror::Error)]
+enum OpenError {
+    /// The data is from before this member's removal from its cluster.
+    #[error(transparent)]
+    Removed(crate::admission::Removed),
+    #[error("{0:#}")]
+    Other(#[from] anyhow::Error),
+}
+
+/// Opens the log and the state machine, runs a forced recovery when asked,
+/// and refuses data from before this member's removal. On an error every
+/// engine it opened is closed again.
+async fn open_storage(
+    config: &NodeConfig,
+    peers: &PeerConnections,
+    metrics: &Arc<crate::metrics::Metrics>,
+) -> Result<OpenedStorage, OpenError> {
+    let (log_engine, state_engine) = match &config.storage {
+        Storage::Disk => {
+            private_directory(&config.data_dir).map_err(anyhow::Error::from)?;
+            (
+                SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("log")).map_err(anyhow::Error::from)?),
+                SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("state")).map_err(anyhow::Error::from)?),
+            )
+        }
+        Storage::Memory { log, state } => (
+            SelectedEngine::Memory(log.clone()),
+            SelectedEngine::Memory(state.clone()),
+        ),
+    };
+    let (log_engine, state_engine) = (Arc::new(log_engine), Arc::new(state_engine));
+    let mut state_machine = StateMachineStore::open(state_engine.clone()).map_err(anyhow::Error::from)?;
+    let snapshot_on_disk = state_machine.snapshot_on_disk();
+    let mut log_store = LogStore::new(log_engine).purging_only_behind(snapshot_on_disk, PURGE_WAIT_FOR_SNAPSHOT);
+    // Timed on disk only: a simulated run records nothing.
+    if matches!(config.storage, Storage::Disk) {
+        state_machine = state_machine.observed_by(metrics.clone());
+        log_store = log_store.observed_by(metrics.clone());
+    }
+    if config.force_new_cluster {
+        crate::quorum_recovery::force_new_cluster(config, &mut log_store, &mut state_machine, peers).await?;
+    }
+    let holds_state = holds_cluster_state(&mut log_store).await?;
+    let cluster = Arc::new(ClusterIdentity::open(log_store.clone()).map_err(anyhow::Error::from)?);
+    if let (true, Some(cluster_id)) = (holds_state, cluster.get()) {
+        // A vote alone (a founder that voted before any entry) knows no membership yet.
+        let known = lode_raft_store::recovery::effective_membership(&mut log_store, &mut state_machine)
+            .await
+            .ok()
+            .filter(|membership| membership.nodes().next().is_some());
+        if let Some(membership) = known {
+            let checked = crate::admission::refuse_if_removed(config.id, &membership, peers, cluster_id).await;
+            if let Err(removed) = checked {
+                cluster.close();
+                return Err(OpenError::Removed(removed));
+            }
+        }
+    }
+    Ok(OpenedStorage {
+        log_store,
+        state_machine,
+        state_engine,
+        cluster,
+        holds_state,
+    })
+}
+
+/// Deletes a removed member's log and state, so it starts as a new member.
+fn remove_member_data(data_dir: &std::path::Path) -> Result<(), anyhow::Error> {
+    for part in ["log", "state"] {
+        let path = data_dir.join(part);
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => anyhow::bail!("deleting {}: {error}", path.display()),
+        }
+    }
+    Ok(())
+}
+
 /// Creates `path` (and its parents) readable by its owner only, and makes
 /// an existing one so: a member's data is nobody else's.
 /// Whether this member's log holds an entry or a vote: then it belongs to
@@ -451,22 +526,37 @@ async fn enter_cluster(shared: Arc<Shared>) {
         return;
     }
     match shared.config.membership.clone() {
-        Membership::Existing => {
-            tracing::info!(
+        Membership::Existing => match shared.config.rejoin_through.clone() {
+            Some(seed) => join(&shared, &seed).await,
+            None => tracing::info!(
                 node = shared.id,
                 "no cluster state yet; waiting to be added by a member"
-            );
-        }
+            ),
+        },
         Membership::Bootstrap(members) => {
             if members.keys().next() != Some(&shared.id) {
                 tracing::info!(
                     node = shared.id,
                     "waiting for the founding member to initialize the cluster (or, if it exists, to be admitted)"
                 );
+                if let Some(seed) = shared.config.rejoin_through.clone() {
+                    join_if_founded_without_this_member(&shared, &members, &seed).await;
+                }
                 return;
             }
-            if !founders_agree(&shared, &members).await {
-                return;
+            match founders_agree(&shared, &members).await {
+                Founding::Initialize => {}
+                Founding::Exists {
+                    lists_this_member: true,
+                } => return,
+                Founding::Exists {
+                    lists_this_member: false,
+                } => {
+                    if let Some(seed) = shared.config.rejoin_through.clone() {
+                        join(&shared, &seed).await;
+                    }
+                    return;
+                }
             }
             // The other founders publish their client addresses once they run.
             let nodes: BTreeMap<u64, Member> = members
@@ -495,13 +585,24 @@ async fn enter_cluster(shared: Arc<Shared>) {
     }
 }
 
-/// Before the founder initializes: true once a quorum of the founders
-/// (itself included) answer holding no state, after admitting those that
-/// answered; false as soon as one answers holding the cluster's state (the
-/// cluster exists: this member lost its data, and the leader readmits it).
-async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> bool {
+/// What the founder found when it asked the other founders.
+enum Founding {
+    /// A quorum holds no state and was admitted: initialize the cluster.
+    Initialize,
+    /// A founder holds the cluster's state: it exists already.
+    Exists { lists_this_member: bool },
+}
+
+/// Before the founder initializes: `Initialize` once a quorum of the
+/// founders (itself included) answer holding no state, after admitting
+/// those that answered; `Exists` as soon as one answers holding the
+/// cluster's state (this member lost its data, and the leader readmits it,
+/// or it was removed).
+async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> Founding {
     let Some(cluster) = shared.cluster.get() else {
-        return false;
+        return Founding::Exists {
+            lists_this_member: true,
+        };
     };
     let others: Vec<(u64, String)> = founders
         .iter()
@@ -512,14 +613,17 @@ async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> bo
     let mut waiting_logged = false;
     loop {
         let answers = shared.peers.statuses(others.clone(), cluster, timeout).await;
-        if let Some((holder, _)) = answers.iter().find(|(_, status)| !status.members.is_empty()) {
-            tracing::warn!(
-                node = shared.id,
-                holder,
-                "the cluster exists (a founder holds its state) but this member holds none: its data was lost; \
-                 it waits to be readmitted as a learner instead of founding a second cluster"
-            );
-            return false;
+        if let Some((holder, status)) = answers.iter().find(|(_, status)| !status.members.is_empty()) {
+            let lists_this_member = status.members.iter().any(|member| member.id == shared.id);
+            if lists_this_member {
+                tracing::warn!(
+                    node = shared.id,
+                    holder,
+                    "the cluster exists (a founder holds its state) but this member holds none: its data was lost; \
+                     it waits to be readmitted as a learner instead of founding a second cluster"
+                );
+            }
+            return Founding::Exists { lists_this_member };
         }
         if answers.len() + 1 > founders.len() / 2 {
             let admissions = answers.iter().filter_map(|(id, _)| {
@@ -528,7 +632,7 @@ async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> bo
             });
             if futures::future::join_all(admissions).await.iter().all(Result::is_ok) {
                 shared.admission.admit();
-                return true;
+                return Founding::Initialize;
             }
         } else if !waiting_logged {
             tracing::info!(
@@ -538,6 +642,34 @@ async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> bo
             waiting_logged = true;
         }
         tokio::time::sleep(Duration::from_millis(FOUNDER_PING_INTERVAL_MS)).await;
+    }
+}
+
+/// A founder other than the first holding no state: until it takes part
+/// in Raft, asks the other founders; once one holds a cluster that does
+/// not list this member (it was removed, and started again without its
+/// data), it joins through `seed` as a new learner.
+async fn join_if_founded_without_this_member(shared: &Shared, founders: &BTreeMap<u64, String>, seed: &str) {
+    let others: Vec<(u64, String)> = founders
+        .iter()
+        .filter(|(id, _)| **id != shared.id)
+        .map(|(id, address)| (*id, address.clone()))
+        .collect();
+    let timeout = Duration::from_millis(FOUNDER_PING_TIMEOUT_MS);
+    while !shared.raft.is_initialized().await.unwrap_or(true) {
+        if let Some(cluster) = shared.cluster.get() {
+            let answers = shared.peers.statuses(others.clone(), cluster, timeout).await;
+            let holding = answers.iter().find(|(_, status)| !status.members.is_empty());
+            if let Some((_, status)) = holding {
+                if status.members.iter().any(|member| member.id == shared.id) {
+                    // Founded with this member: it is admitted (or readmitted) by the leader.
+                    return;
+                }
+                join(shared, seed).await;
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(FOUNDER_PING_INTERVAL_MS * 5)).await;
     }
 }
 

@@ -38,13 +38,13 @@ impl Environment for SimulatedEnvironment {
     fn now_micros(&self) -> u64 {
         match turmoil::sim_elapsed() {
             Some(elapsed) => (Duration::from_secs(EPOCH_SECONDS) + elapsed).as_micros() as u64,
-            None => SystemEnvironment.now_micros(),
+            None => SystemEnvironment::plain().now_micros(),
         }
     }
 
     fn random_u128(&self) -> u128 {
         if !turmoil::in_simulation() {
-            return SystemEnvironment.random_u128();
+            return SystemEnvironment::plain().random_u128();
         }
         let mut generator = lode_raft_store::runtime::ThreadRng;
         (u128::from(generator.next_u64()) << 64) | u128::from(generator.next_u64())
@@ -52,7 +52,7 @@ impl Environment for SimulatedEnvironment {
 
     fn connect<'a>(&'a self, address: &'a str) -> EnvironmentFuture<'a, io::Result<Box<dyn ByteStream>>> {
         if !turmoil::in_simulation() {
-            return SystemEnvironment.connect(address);
+            return SystemEnvironment::plain().connect(address);
         }
         Box::pin(async move {
             let stream = turmoil::net::TcpStream::connect(address).await?;
@@ -62,7 +62,7 @@ impl Environment for SimulatedEnvironment {
 
     fn bind<'a>(&'a self, address: &'a str) -> EnvironmentFuture<'a, io::Result<Box<dyn Listener>>> {
         if !turmoil::in_simulation() {
-            return SystemEnvironment.bind(address);
+            return SystemEnvironment::plain().bind(address);
         }
         Box::pin(async move {
             let listener = turmoil::net::TcpListener::bind(address).await?;

@@ -8,7 +8,9 @@ mod helpers;
 mod kv;
 mod lease;
 mod logging;
+mod scale;
 mod snapshot;
+mod stateful_set;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,7 +22,7 @@ use clap::{Args, Parser, Subcommand};
 use lode_client::LodeError;
 
 use lode_client::protocol::MemberAddresses;
-use lode_node::config::{Membership, NodeConfig};
+use lode_node::config::NodeConfig;
 use lode_node::node::{Listeners, Node};
 use lode_node::tls::{MemberTls, TlsFiles};
 
@@ -77,8 +79,14 @@ pub enum Commands {
 
 #[derive(Args, Debug)]
 pub struct NodeArguments {
+    /// This member's id (1 or more), or --id-from-hostname.
+    #[arg(long, required_unless_present = "id_from_hostname", conflicts_with = "id_from_hostname",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub id: Option<u64>,
+    /// Take the id from a StatefulSet pod's name in `$HOSTNAME`: its
+    /// ordinal plus one (`lode-0` is member 1).
     #[arg(long)]
-    pub id: u64,
+    pub id_from_hostname: bool,
     /// Address to serve clients on.
     #[arg(long)]
     pub listen: String,
@@ -90,8 +98,32 @@ pub struct NodeArguments {
     #[arg(long)]
     pub peer_listen: String,
     /// Address the other members should use (defaults to --peer-listen).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "peer_advertise_template")]
     pub peer_advertise: Option<String>,
+    /// The peer address of the member with ordinal `{ordinal}` (id
+    /// `{ordinal}` + 1), a stable DNS name such as
+    /// `lode-{ordinal}.lode-peers.NAMESPACE.svc:7001`, never a pod IP:
+    /// names are looked up at every dial. This member advertises its own;
+    /// with --founders it also names the founders.
+    #[arg(long)]
+    pub peer_advertise_template: Option<String>,
+    /// The client address this member advertises, with `{ordinal}` as in
+    /// --peer-advertise-template.
+    #[arg(long, conflicts_with = "advertise")]
+    pub advertise_template: Option<String>,
+    /// The members with ordinals 0 to N-1 found the cluster (the first
+    /// initializes it, once); a member with a higher ordinal joins through
+    /// --join (default: the first founder) as a learner and is promoted
+    /// once it keeps up. Needs --peer-advertise-template.
+    #[arg(long, requires = "peer_advertise_template", conflicts_with_all = ["peers", "cluster_id", "force_new_cluster"],
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub founders: Option<u64>,
+    /// A member its cluster no longer lists (it was removed, and now
+    /// starts again on its old volume or an empty one) deletes its old
+    /// data and joins again as a new learner, through --join or the first
+    /// founder, instead of refusing to start.
+    #[arg(long)]
+    pub rejoin_when_removed: bool,
     #[arg(long)]
     pub data_dir: PathBuf,
     /// Founding members by peer address: `1=host:port,2=host:port,...`.
@@ -337,6 +369,18 @@ pub enum ClusterCommand {
         #[command(flatten)]
         endpoints: Endpoints,
     },
+    /// Shrink to members 1..=N before a StatefulSet's scale-down: removes
+    /// the members with higher ids, highest first, each removal committed
+    /// before the next; refused when the voters kept that answer would be
+    /// no quorum of them. Never run it from a preStop hook: a restart is
+    /// not a removal.
+    Scale {
+        /// The members to keep: ids 1 to N.
+        #[arg(long)]
+        replicas: u64,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
 }
 
 pub fn init_logging(arguments: &Arguments) {
@@ -367,17 +411,8 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
 
 /// Runs a member until SIGTERM or Ctrl-C, then shuts it down gracefully.
 async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
-    let membership = match (&arguments.peers, &arguments.join) {
-        (Some(peers), None) => {
-            let peers = parse_peers(peers).map_err(anyhow::Error::msg)?;
-            if !peers.contains_key(&arguments.id) {
-                anyhow::bail!("--peers does not name this node's --id {}", arguments.id);
-            }
-            Membership::Bootstrap(peers)
-        }
-        (None, Some(seed)) => Membership::Join(seed.clone()),
-        _ => Membership::Existing,
-    };
+    let identity = stateful_set::Identity::of(&arguments).map_err(anyhow::Error::msg)?;
+    let id = identity.id;
     let stop = StopSignal::install();
     let tls = arguments.tls.load()?;
     let listeners = Listeners {
@@ -396,16 +431,17 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         refuse_open_ports_in_the_clear(&bound, arguments.insecure)?;
     }
     let advertise = MemberAddresses {
-        peer: match &arguments.peer_advertise {
-            Some(address) => address.clone(),
+        peer: match identity.peer_advertise.clone() {
+            Some(address) => address,
             None => listeners.peer.local_addr()?.to_string(),
         },
-        client: match &arguments.advertise {
-            Some(address) => address.clone(),
+        client: match identity.advertise.clone() {
+            Some(address) => address,
             None => listeners.client.local_addr()?.to_string(),
         },
     };
-    let mut config = NodeConfig::new(arguments.id, advertise, arguments.data_dir.clone(), membership);
+    let mut config = NodeConfig::new(id, advertise, arguments.data_dir.clone(), identity.membership);
+    config.rejoin_through = identity.rejoin_through;
     config.cluster_name = arguments.cluster_name.clone();
     config.cluster_id = arguments.cluster_id;
     config.tls = tls.clone();
@@ -503,6 +539,7 @@ async fn run_cluster(command: ClusterCommand) -> Result<ExitCode, LodeError> {
             };
             (status, false)
         }
+        ClusterCommand::Scale { replicas, endpoints } => (scale::scale(&endpoints.client()?, replicas).await?, false),
     };
     if json {
         print_json(&serde_json::to_value(&status).unwrap_or_default());
