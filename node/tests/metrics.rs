@@ -1,6 +1,6 @@
 //! `/metrics` on a real member: the metrics a slow write is explained by
 //! move with writes, and every series the Grafana dashboard in
-//! `docs/grafana-dashboard.json` queries exists.
+//! `k8s/monitoring/grafana-dashboard.json` queries exists.
 
 mod support;
 
@@ -10,7 +10,7 @@ use support::TestCluster;
 
 /// The names of the series a dashboard's queries read.
 fn dashboard_series() -> BTreeSet<String> {
-    let text = include_str!("../../docs/grafana-dashboard.json");
+    let text = include_str!("../../k8s/monitoring/grafana-dashboard.json");
     let dashboard: serde_json::Value = serde_json::from_str(text).expect("the dashboard is JSON");
     let mut names = BTreeSet::new();
     for panel in dashboard["panels"].as_array().expect("panels") {

@@ -124,6 +124,10 @@ pub struct NodeArguments {
     /// founder, instead of refusing to start.
     #[arg(long)]
     pub rejoin_when_removed: bool,
+    /// Print the id, addresses and way into the cluster these flags give
+    /// (on this host) as JSON, and exit without serving.
+    #[arg(long)]
+    pub print_identity: bool,
     #[arg(long)]
     pub data_dir: PathBuf,
     /// Founding members by peer address: `1=host:port,2=host:port,...`.
@@ -411,7 +415,12 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
 
 /// Runs a member until SIGTERM or Ctrl-C, then shuts it down gracefully.
 async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
-    let identity = stateful_set::Identity::of(&arguments).map_err(anyhow::Error::msg)?;
+    let hostname = std::env::var("HOSTNAME").unwrap_or_default();
+    let identity = stateful_set::Identity::of(&arguments, &hostname).map_err(anyhow::Error::msg)?;
+    if arguments.print_identity {
+        print_json(&identity.to_json());
+        return Ok(());
+    }
     let id = identity.id;
     let stop = StopSignal::install();
     let tls = arguments.tls.load()?;

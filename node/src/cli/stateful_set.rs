@@ -29,10 +29,11 @@ pub struct Identity {
 }
 
 impl Identity {
-    pub fn of(arguments: &NodeArguments) -> Result<Self, String> {
+    /// The identity `arguments` give a member on the host `hostname`.
+    pub fn of(arguments: &NodeArguments, hostname: &str) -> Result<Self, String> {
         let id = match arguments.id {
             Some(id) => id,
-            None => ordinal_of_hostname(&std::env::var("HOSTNAME").unwrap_or_default())? + 1,
+            None => ordinal_of_hostname(hostname)? + 1,
         };
         let ordinal = id - 1;
         let peer_advertise = match &arguments.peer_advertise_template {
@@ -73,6 +74,22 @@ impl Identity {
             advertise,
             membership,
             rejoin_through,
+        })
+    }
+
+    /// The identity as JSON, for `lode node --print-identity`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let membership = match &self.membership {
+            Membership::Bootstrap(founders) => serde_json::json!({ "found": founders }),
+            Membership::Join(seed) => serde_json::json!({ "join": seed }),
+            Membership::Existing => serde_json::json!("existing"),
+        };
+        serde_json::json!({
+            "id": self.id,
+            "peer_advertise": self.peer_advertise,
+            "advertise": self.advertise,
+            "membership": membership,
+            "rejoin_through": self.rejoin_through,
         })
     }
 }

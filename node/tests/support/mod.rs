@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use lode_client::{Client, ClientOptions};
 
+pub mod kubernetes;
+
 pub const WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// Picks a free loopback port by binding port 0, never one this test
