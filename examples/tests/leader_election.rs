@@ -27,9 +27,9 @@ impl Candidate {
                 "--name",
                 name,
                 "--ttl-ms",
-                "1000",
+                "2000",
                 "--work-ms",
-                "1500",
+                "2500",
             ])
             .stdout(Stdio::piped())
             .spawn()
@@ -135,6 +135,59 @@ async fn a_leader_paused_past_its_lease_is_replaced_and_its_late_write_refused()
     assert!(third_token > second_token);
     assert_eq!(first.wait_for("wrote status"), third_token);
     drop((first, second));
+    lode.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_candidate_leads_past_its_term_and_learns_at_once_when_its_lease_is_gone() {
+    let directory = tempfile::tempdir().expect("tempdir");
+    let lode = Lode::open_embedded(directory.path().join("store")).await.expect("open");
+    let kv = lode.kv("operator");
+    let ttl = Duration::from_millis(600);
+    let first = LeaderElection::new(kv.clone(), "leader", "a", ttl).expect("election");
+    let second = LeaderElection::new(kv.clone(), "leader", "b", ttl).expect("election");
+    let leading = first.campaign().await.expect("a leads");
+    // Three terms later, renewals have kept it: the other never wins.
+    let contest = tokio::time::timeout(ttl * 3, second.campaign()).await;
+    assert!(contest.is_err(), "b was elected while a renewed its lease");
+    assert!(leading.is_leading());
+    leading
+        .cas_fenced(&kv, "status")
+        .bytes("from a")
+        .expect_absent()
+        .commit()
+        .await
+        .expect("a writes while it leads");
+
+    // The lease taken from under it (released by an operator): the next
+    // renewal says so, and `lost` resolves within a renewal period.
+    let mut watch = leading.watch();
+    assert!(kv.release("leader", "a", leading.token()).await.expect("release"));
+    tokio::time::timeout(ttl, leading.lost())
+        .await
+        .expect("loss reported within a term");
+    assert!(!leading.is_leading());
+    watch.wait_for(|leading| !*leading).await.expect("the watch says lost");
+    let taken_over = second.campaign().await.expect("b leads");
+    assert!(taken_over.token() > leading.token());
+    let version = kv.exists("status").await.expect("exists").expect("status").version;
+    let refused = leading
+        .cas_fenced(&kv, "status")
+        .bytes("late")
+        .expect_version(version)
+        .commit()
+        .await;
+    assert!(matches!(refused, Err(LodeError::LeaseLost)), "{refused:?}");
+
+    // Resigning releases at once; the next campaign needs no wait.
+    let token = taken_over.token();
+    assert!(taken_over.resign().await.expect("resign"));
+    let again = tokio::time::timeout(ttl, first.campaign())
+        .await
+        .expect("no wait")
+        .expect("a leads again");
+    assert!(again.token() > token);
+    drop(again);
     lode.close().await;
 }
 

@@ -585,6 +585,15 @@ async fn enter_cluster(shared: Arc<Shared>) {
     }
 }
 
+/// The founders but this member, by id and peer address.
+fn other_founders(shared: &Shared, founders: &BTreeMap<u64, String>) -> Vec<(u64, String)> {
+    founders
+        .iter()
+        .filter(|(id, _)| **id != shared.id)
+        .map(|(id, address)| (*id, address.clone()))
+        .collect()
+}
+
 /// What the founder found when it asked the other founders.
 enum Founding {
     /// A quorum holds no state and was admitted: initialize the cluster.
@@ -604,11 +613,7 @@ async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> Fo
             lists_this_member: true,
         };
     };
-    let others: Vec<(u64, String)> = founders
-        .iter()
-        .filter(|(id, _)| **id != shared.id)
-        .map(|(id, address)| (*id, address.clone()))
-        .collect();
+    let others = other_founders(shared, founders);
     let timeout = Duration::from_millis(FOUNDER_PING_TIMEOUT_MS);
     let mut waiting_logged = false;
     loop {
@@ -650,11 +655,7 @@ async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> Fo
 /// not list this member (it was removed, and started again without its
 /// data), it joins through `seed` as a new learner.
 async fn join_if_founded_without_this_member(shared: &Shared, founders: &BTreeMap<u64, String>, seed: &str) {
-    let others: Vec<(u64, String)> = founders
-        .iter()
-        .filter(|(id, _)| **id != shared.id)
-        .map(|(id, address)| (*id, address.clone()))
-        .collect();
+    let others = other_founders(shared, founders);
     let timeout = Duration::from_millis(FOUNDER_PING_TIMEOUT_MS);
     while !shared.raft.is_initialized().await.unwrap_or(true) {
         if let Some(cluster) = shared.cluster.get() {

@@ -5,7 +5,8 @@
 //! (`LODE_RESOLVE_OVERRIDE`), its Secrets and volume as directories. Then,
 //! in turn: scale to 5, back to 3 with `lode cluster scale`, restart a
 //! member on its volume, replace one with an empty volume, scale up onto a
-//! removed member's retained volume, and restart every member in turn.
+//! removed member's retained volume, restart every member in turn, and
+//! shrink below the founders and grow back onto a founder's old volume.
 //! After each step: one leader, one cluster id, every acknowledged write
 //! present on every running member.
 
@@ -306,8 +307,8 @@ impl Drop for Emulation {
 }
 
 /// The Secrets the manifests mount: `lode-tls` (a CA and one certificate
-/// for every member's DNS name and the client Service's, as the README
-/// tells to make) and `lode-bootstrap-token`.
+/// for every member's DNS name and the client Service's, made as
+/// `k8s/README.md` says) and `lode-bootstrap-token`.
 fn make_secrets(secrets: &Path) {
     let tls = secrets.join("lode-tls");
     std::fs::create_dir_all(&tls).expect("secret directory");
@@ -332,7 +333,12 @@ fn make_secrets(secrets: &Path) {
     }
     let bootstrap = secrets.join("lode-bootstrap-token");
     std::fs::create_dir_all(&bootstrap).expect("secret directory");
-    std::fs::write(bootstrap.join("token"), lode_client::auth::new_token().to_text()).expect("token");
+    let output = Command::new(env!("CARGO_BIN_EXE_lode"))
+        .args(["auth", "new-token", "--out"])
+        .arg(bootstrap.join("token"))
+        .output()
+        .expect("run lode auth new-token");
+    assert!(output.status.success(), "{output:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -411,6 +417,20 @@ async fn a_statefulset_scales_restarts_and_replaces_members_without_losing_a_wri
         emulation.wait_for_members("rolling", &[1, 2, 3, 4]).await;
         emulation.assert_healthy(&format!("lode-{ordinal} restarted")).await;
     }
+    // Shrunk below its founders and grown again: founder 3's volume is
+    // from before its removal; it deletes it and joins as a new learner.
+    let scaled = emulation.lode(&["cluster", "scale", "--replicas", "2"]);
+    assert!(scaled.status.success(), "{scaled:?}");
+    emulation.wait_for_members("scaled to 2", &[1, 2]).await;
+    emulation.stop(3);
+    emulation.stop(2);
+    emulation.write("scaled-to-2", 5).await;
+    emulation.assert_healthy("scaled to 2").await;
+    emulation.start(2, 0);
+    emulation.wait_for_members("founder back", &[1, 2, 3]).await;
+    assert!(emulation.log_text(2).contains("deleting it and joining again"));
+    emulation.assert_healthy("founder 3 back on its old volume").await;
+
     for ordinal in emulation.running() {
         let errors: Vec<String> = emulation
             .log_text(ordinal)
