@@ -262,7 +262,8 @@ fn spawn_recording_listener(client: lode_client::Client) -> (Seen, tokio::task::
 const IDLE_TIME: Duration = Duration::from_secs(30);
 
 /// A listener on an empty queue only reads: over 30 s the log grows by its
-/// one first claim (plus a blank entry per leader change, if any), and it
+/// one first claim (sent at most twice, plus a blank entry per leader
+/// change, if any), and it
 /// still delivers the next message as soon as it is enqueued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_listener_leaves_the_log_where_it_was() {
@@ -288,8 +289,11 @@ async fn an_idle_listener_leaves_the_log_where_it_was() {
         "an idle listener for {IDLE_TIME:?}: the applied index went from {} to {} ({grown} entries, {leader_changes} leader changes)",
         before.applied_index, after.applied_index
     );
+    // The first claim may be sent twice: an attempt that outlasts its one
+    // second (a loaded machine) is repeated under the same op id, and the
+    // repeat is an entry of its own that applies nothing.
     assert!(
-        grown <= 1 + leader_changes,
+        grown <= 2 + leader_changes,
         "an idle listener grew the log by {grown} entries in {IDLE_TIME:?} ({leader_changes} leader changes)"
     );
 
