@@ -94,6 +94,24 @@ pub struct RocksPrepared {
     directory: PathBuf,
 }
 
+/// Memtable bytes of one instance, all its column families together: past
+/// it the largest memtable is flushed. It bounds a member's memory, and a
+/// small memtable is also a short skip list to search.
+pub const MEMTABLE_BYTES_MAX: usize = 32 << 20;
+/// One column family's memtable, for the families written on every entry.
+const MEMTABLE_BYTES_BUSY: usize = 8 << 20;
+/// One column family's memtable, for the small ones (metadata, expiry).
+const MEMTABLE_BYTES_SMALL: usize = 1 << 20;
+/// The block cache of one instance (data, index and filter blocks).
+pub const BLOCK_CACHE_BYTES: usize = 16 << 20;
+/// Bloom filter bits per key in table files: about 1% false positives.
+const BLOOM_BITS_PER_KEY: f64 = 10.0;
+/// The share of a memtable given to its bloom filter, in the families
+/// read by key on every write: a dedup lookup almost always misses.
+const MEMTABLE_BLOOM_RATIO: f64 = 0.05;
+
+const _: () = assert!(MEMTABLE_BYTES_BUSY * 3 <= MEMTABLE_BYTES_MAX);
+
 fn options() -> Options {
     let mut options = Options::default();
     options.create_if_missing(true);
@@ -101,13 +119,38 @@ fn options() -> Options {
     options.set_compression_type(rocksdb::DBCompressionType::Lz4);
     options.set_max_background_jobs(2);
     options.set_keep_log_file_num(4);
+    options.set_db_write_buffer_size(MEMTABLE_BYTES_MAX);
+    options
+}
+
+/// A column family's options: bloom filters, the instance's one block
+/// cache, and a memtable sized for how much the family is written.
+fn family_options(space: Space, cache: &rocksdb::Cache) -> Options {
+    let mut options = Options::default();
+    options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    options.set_block_based_table_factory(&table);
+    let busy = matches!(
+        space,
+        Space::Log | Space::Entries | Space::Dedup | Space::DedupByTime | Space::ChangeLog
+    );
+    options.set_write_buffer_size(if busy { MEMTABLE_BYTES_BUSY } else { MEMTABLE_BYTES_SMALL });
+    if matches!(space, Space::Entries | Space::Dedup) {
+        options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
+        options.set_memtable_whole_key_filtering(true);
+    }
     options
 }
 
 fn open_database(path: &Path) -> Result<DB, EngineError> {
+    let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
     let families = Space::ALL
         .iter()
-        .map(|space| ColumnFamilyDescriptor::new(space.name(), options()));
+        .map(|space| ColumnFamilyDescriptor::new(space.name(), family_options(*space, &cache)));
     Ok(DB::open_cf_descriptors(&options(), path, families)?)
 }
 
