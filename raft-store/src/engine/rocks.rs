@@ -138,7 +138,12 @@ fn family_options(space: Space, cache: &rocksdb::Cache) -> Options {
         space,
         Space::Log | Space::Entries | Space::Dedup | Space::DedupByTime | Space::ChangeLog
     );
-    options.set_write_buffer_size(if busy { MEMTABLE_BYTES_BUSY } else { MEMTABLE_BYTES_SMALL });
+    let memtable_bytes = if busy {
+        MEMTABLE_BYTES_BUSY
+    } else {
+        MEMTABLE_BYTES_SMALL
+    };
+    options.set_write_buffer_size(memtable_bytes);
     if matches!(space, Space::Entries | Space::Dedup) {
         options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
         options.set_memtable_whole_key_filtering(true);
