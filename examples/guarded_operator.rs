@@ -24,6 +24,9 @@ use std::time::Duration;
 use clap::Parser;
 use lode_client::{Client, ClientOptions, Kv, LeaderElection, Leadership, LodeError};
 
+/// Most bytes of the token file read: a token is about a hundred.
+const TOKEN_FILE_BYTES_MAX: u64 = 4096;
+
 #[derive(Parser, Debug)]
 struct Arguments {
     /// The cluster's client addresses, comma-separated.
@@ -87,8 +90,14 @@ fn connect(arguments: &Arguments) -> Result<Client, LodeError> {
         options.tls = Some(lode_client::tls::ClientTls::from_files(ca, None)?);
     }
     if let Some(path) = &arguments.token_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| LodeError::Invalid(format!("token file {}: {error}", path.display())))?;
+        use std::io::Read;
+        let unreadable = |error: std::io::Error| LodeError::Invalid(format!("token file {}: {error}", path.display()));
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .map_err(unreadable)?
+            .take(TOKEN_FILE_BYTES_MAX)
+            .read_to_string(&mut text)
+            .map_err(unreadable)?;
         options.token = Some(lode_client::protocol::AccessToken(text.trim().to_owned()));
     }
     Client::with_options(arguments.endpoints.clone(), options)

@@ -59,6 +59,20 @@ fn every_overlay_renders_a_deployment_that_holds_the_checklist() {
         assert!(spec["volumeClaimTemplates"]
             .as_array()
             .is_some_and(|claims| claims.len() == 1));
+        // The volume's root is root's (group fsGroup): the member's 0700
+        // data directory must be one it creates inside.
+        let data_mount = container["volumeMounts"]
+            .as_array()
+            .and_then(|mounts| mounts.iter().find(|mount| mount["name"] == "data"))
+            .and_then(|mount| mount["mountPath"].as_str())
+            .expect("the data volume's mount")
+            .to_owned();
+        let data_dir = template.flag("data-dir").expect("--data-dir");
+        assert!(
+            data_dir.starts_with(&format!("{data_mount}/")),
+            "{}",
+            context("the data directory is inside the volume, not its root")
+        );
 
         // Services: the peers' headless one publishes members not ready yet.
         let services: Vec<&Value> = objects.iter().filter(|object| object["kind"] == "Service").collect();
