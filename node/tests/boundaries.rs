@@ -391,7 +391,16 @@ async fn the_bench_is_bounded_and_reports_every_workload() {
     let cluster = TestCluster::start(3, 10_000);
     cluster.wait_for_leader().await;
     let endpoints = cluster.endpoints().join(",");
-    for workload in ["put", "get", "cas", "scan", "get-many"] {
+    for workload in [
+        "put",
+        "get",
+        "cas",
+        "scan",
+        "get-many",
+        "state-update",
+        "lease",
+        "queue",
+    ] {
         let output = lode(
             &[
                 "bench",
@@ -419,6 +428,32 @@ async fn the_bench_is_bounded_and_reports_every_workload() {
         assert!(ops > 0 && ops <= 200, "{workload}: {ops} ops for a bound of 200");
         assert!(report.contains("p999="), "{workload}: {report}");
     }
+    // A run past a second prints progress on standard error; --json
+    // prints the result as one object.
+    let output = lode(
+        &[
+            "bench",
+            "--clients",
+            "2",
+            "--duration",
+            "1500ms",
+            "--workload",
+            "lease",
+            "--json",
+        ],
+        &endpoints,
+    );
+    assert!(output.status.success(), "{output:?}");
+    let result: serde_json::Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object");
+    assert_eq!(result["workload"], "Lease");
+    assert_eq!(result["errors"], 0);
+    assert!(result["ops"].as_u64().is_some_and(|ops| ops > 0), "{result}");
+    assert!(
+        result["latency_ms"]["p999"].as_f64().is_some_and(|p999| p999 > 0.0),
+        "{result}"
+    );
+    let progress = String::from_utf8_lossy(&output.stderr);
+    assert!(progress.contains("progress: 1s,"), "{progress}");
     cluster.assert_no_errors();
 }
 

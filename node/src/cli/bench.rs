@@ -25,6 +25,13 @@ pub enum Workload {
     Scan,
     /// One linearizable get_many of 10 random keys.
     GetMany,
+    /// One State API `update` (a set of a small JSON object) of a random
+    /// key of scope `bench`.
+    StateUpdate,
+    /// Acquire a lease on a random key, then release it: two writes.
+    Lease,
+    /// Enqueue a message, claim one, finish it: three writes.
+    Queue,
 }
 
 /// Entries per page in the scan workload.
@@ -54,6 +61,12 @@ pub struct BenchArguments {
     pub requests_max: u64,
     #[arg(long, default_value = "bench")]
     pub namespace: String,
+    /// Print the result as one JSON object instead of text lines.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress line on standard error each second.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// Bytes of random data values are cut from: each value starts at its own
@@ -90,6 +103,15 @@ impl Values {
 /// Most concurrent clients a bench may start.
 pub const BENCH_CLIENTS_MAX: usize = 4096;
 
+/// What the workers count together, read by the progress line.
+#[derive(Default)]
+struct Counters {
+    issued: AtomicU64,
+    completed: AtomicU64,
+    errors: AtomicU64,
+    conflicts: AtomicU64,
+}
+
 pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     if arguments.clients == 0 || arguments.clients > BENCH_CLIENTS_MAX {
         anyhow::bail!("--clients must be 1 to {BENCH_CLIENTS_MAX} (bench_clients_max)");
@@ -99,30 +121,25 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     }
     let values = Values::new(arguments.value_bytes);
     let arguments = Arc::new(arguments);
-    if arguments.workload != Workload::Put {
+    if matches!(
+        arguments.workload,
+        Workload::Get | Workload::Cas | Workload::Scan | Workload::GetMany
+    ) {
         prefill(&arguments, &values).await?;
     }
-    let issued = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let conflicts = Arc::new(AtomicU64::new(0));
+    let counters = Arc::new(Counters::default());
     let started = tokio::time::Instant::now();
     let deadline = started + arguments.duration;
     let mut workers = Vec::new();
     for worker in 0..arguments.clients {
         let client = arguments.endpoints.client()?;
-        let kv = client.kv(arguments.namespace.clone());
-        let (arguments, issued, errors, conflicts, values) = (
-            arguments.clone(),
-            issued.clone(),
-            errors.clone(),
-            conflicts.clone(),
-            values.clone(),
-        );
+        let (arguments, counters, values) = (arguments.clone(), counters.clone(), values.clone());
         workers.push(tokio::spawn(async move {
+            let kv = client.kv(arguments.namespace.clone());
             let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds are valid");
             let mut sequence = worker as u64;
             while tokio::time::Instant::now() < deadline
-                && issued.fetch_add(1, Ordering::Relaxed) < arguments.requests_max
+                && counters.issued.fetch_add(1, Ordering::Relaxed) < arguments.requests_max
             {
                 sequence = sequence
                     .wrapping_mul(6364136223846793005)
@@ -130,38 +147,28 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
                 let key = format!("key-{}", sequence % arguments.keys);
                 let value = values.get(sequence >> 16);
                 let began = tokio::time::Instant::now();
-                let result = match arguments.workload {
-                    Workload::Put => kv.set(&key).bytes(value).send().await.map(|_| ()),
-                    Workload::Get => kv.get(&key).await.map(|_| ()),
-                    Workload::Cas => compare_and_swap(&kv, &key, value).await,
-                    Workload::Scan => kv
-                        .scan()
-                        .range(&key, "key-~")
-                        .limit(BENCH_SCAN_PAGE_ENTRIES)
-                        .fetch()
-                        .await
-                        .map(|_| ()),
-                    Workload::GetMany => {
-                        let keys: Vec<String> = (0..BENCH_GET_MANY_KEYS)
-                            .map(|offset| format!("key-{}", (sequence + offset * 7919) % arguments.keys))
-                            .collect();
-                        kv.get_many(&keys).await.map(|_| ())
-                    }
+                let request = Request {
+                    client: &client,
+                    kv: &kv,
+                    arguments: &arguments,
+                    worker,
+                    sequence,
                 };
-                let result = match result {
+                let result = match request.run(&key, value).await {
                     Err(error) if error.is_version_conflict() => {
-                        conflicts.fetch_add(1, Ordering::Relaxed);
+                        counters.conflicts.fetch_add(1, Ordering::Relaxed);
                         Ok(())
                     }
                     other => other,
                 };
                 let micros = began.elapsed().as_micros() as u64;
+                counters.completed.fetch_add(1, Ordering::Relaxed);
                 match result {
                     Ok(()) => {
                         let _ = histogram.record(micros.max(1));
                     }
                     Err(error) => {
-                        if errors.fetch_add(1, Ordering::Relaxed) < 5 {
+                        if counters.errors.fetch_add(1, Ordering::Relaxed) < 5 {
                             eprintln!("error: {error}");
                         }
                     }
@@ -170,23 +177,71 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
             histogram
         }));
     }
+    let progress = (!arguments.quiet).then(|| tokio::spawn(report_progress(counters.clone(), started)));
     let mut total = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     for worker in workers {
         total.add(worker.await?)?;
     }
-    let elapsed = started.elapsed().as_secs_f64();
+    if let Some(progress) = progress {
+        progress.abort();
+    }
+    print_result(&arguments, &total, &counters, started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// One line on standard error each second: requests done, the last
+/// second's rate, errors.
+async fn report_progress(counters: Arc<Counters>, started: tokio::time::Instant) {
+    let mut interval = tokio::time::interval(Duration::from_secs(1));
+    interval.tick().await;
+    let mut last = 0;
+    loop {
+        interval.tick().await;
+        let done = counters.completed.load(Ordering::Relaxed);
+        eprintln!(
+            "progress: {:.0}s, {done} done, {} in the last second, {} errors",
+            started.elapsed().as_secs_f64(),
+            done - last,
+            counters.errors.load(Ordering::Relaxed)
+        );
+        last = done;
+    }
+}
+
+fn print_result(arguments: &BenchArguments, total: &Histogram<u64>, counters: &Counters, elapsed: f64) {
     let done = total.len();
-    println!(
-        "workload={:?} clients={} value_bytes={} keys={} duration={:.1}s",
-        arguments.workload, arguments.clients, arguments.value_bytes, arguments.keys, elapsed
-    );
-    println!(
-        "ops={done} ops/s={:.0} errors={} version_conflicts={}",
-        done as f64 / elapsed,
-        errors.load(Ordering::Relaxed),
-        conflicts.load(Ordering::Relaxed)
-    );
     let millis = |quantile: f64| total.value_at_quantile(quantile) as f64 / 1000.0;
+    let errors = counters.errors.load(Ordering::Relaxed);
+    let conflicts = counters.conflicts.load(Ordering::Relaxed);
+    if arguments.json {
+        let result = serde_json::json!({
+            "workload": format!("{:?}", arguments.workload),
+            "clients": arguments.clients,
+            "value_bytes": arguments.value_bytes,
+            "keys": arguments.keys,
+            "duration_s": elapsed,
+            "ops": done,
+            "ops_per_s": done as f64 / elapsed,
+            "errors": errors,
+            "version_conflicts": conflicts,
+            "latency_ms": {
+                "p50": millis(0.5),
+                "p99": millis(0.99),
+                "p999": millis(0.999),
+                "max": total.max() as f64 / 1000.0,
+            },
+        });
+        println!("{result}");
+        return;
+    }
+    println!(
+        "workload={:?} clients={} value_bytes={} keys={} duration={elapsed:.1}s",
+        arguments.workload, arguments.clients, arguments.value_bytes, arguments.keys
+    );
+    println!(
+        "ops={done} ops/s={:.0} errors={errors} version_conflicts={conflicts}",
+        done as f64 / elapsed
+    );
     println!(
         "latency ms: p50={:.3} p99={:.3} p999={:.3} max={:.3}",
         millis(0.5),
@@ -194,8 +249,64 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
         millis(0.999),
         total.max() as f64 / 1000.0
     );
-    Ok(())
 }
+
+/// One worker's next request.
+struct Request<'a> {
+    client: &'a lode_client::Client,
+    kv: &'a lode_client::Kv,
+    arguments: &'a BenchArguments,
+    worker: usize,
+    sequence: u64,
+}
+
+impl Request<'_> {
+    async fn run(&self, key: &str, value: &[u8]) -> Result<(), lode_client::LodeError> {
+        let kv = self.kv;
+        match self.arguments.workload {
+            Workload::Put => kv.set(key).bytes(value).send().await.map(|_| ()),
+            Workload::Get => kv.get(key).await.map(|_| ()),
+            Workload::Cas => compare_and_swap(kv, key, value).await,
+            Workload::Scan => kv
+                .scan()
+                .range(key, "key-~")
+                .limit(BENCH_SCAN_PAGE_ENTRIES)
+                .fetch()
+                .await
+                .map(|_| ()),
+            Workload::GetMany => {
+                let keys: Vec<String> = (0..BENCH_GET_MANY_KEYS)
+                    .map(|offset| format!("key-{}", (self.sequence + offset * 7919) % self.arguments.keys))
+                    .collect();
+                kv.get_many(&keys).await.map(|_| ())
+            }
+            Workload::StateUpdate => {
+                let value = serde_json::json!({ "sequence": self.sequence, "worker": self.worker });
+                let ops = [lode_client::state::UpdateOp::Set { path: None, value }];
+                self.client.state().update("bench", key, &ops).await.map(|_| ())
+            }
+            Workload::Lease => {
+                let holder = format!("bench-{}", self.worker);
+                let lease_key = format!("lease-{}-{key}", self.worker);
+                let lease = kv.lease(&lease_key, holder.clone(), BENCH_LEASE_TTL).await?;
+                kv.release(&lease_key, holder, lease.token).await.map(|_| ())
+            }
+            Workload::Queue => {
+                let queue = self.client.queue();
+                let message = lode_client::queue::Message::new(value.to_vec(), lode_client::Encoding::Bytes);
+                queue.enqueue(&message).await?;
+                // Another worker may have taken it: any due message will do.
+                match queue.claim().await? {
+                    Some(delivery) => queue.finish(&delivery, true).await.map(|_| ()),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// The TTL of a lease the lease workload takes (it releases it at once).
+const BENCH_LEASE_TTL: Duration = Duration::from_secs(10);
 
 /// One read-modify-write cycle: read the version, write with it.
 async fn compare_and_swap(kv: &lode_client::Kv, key: &str, value: &[u8]) -> Result<(), lode_client::LodeError> {
