@@ -91,6 +91,11 @@ impl SystemEnvironment {
     pub fn with_resolve_overrides(overrides: &str) -> Result<Self, String> {
         let mut resolve_overrides = std::collections::BTreeMap::new();
         for pair in overrides.split(',').filter(|pair| !pair.trim().is_empty()) {
+            if resolve_overrides.len() == RESOLVE_OVERRIDES_MAX {
+                return Err(format!(
+                    "more than {RESOLVE_OVERRIDES_MAX} resolve overrides given (resolve_overrides_max)"
+                ));
+            }
             let (name, address) = pair
                 .split_once('=')
                 .ok_or_else(|| format!("resolve override {pair:?} is not HOST:PORT=IP:PORT"))?;
@@ -99,12 +104,6 @@ impl SystemEnvironment {
                 .parse()
                 .map_err(|_| format!("resolve override {pair:?}: {address:?} is not IP:PORT"))?;
             resolve_overrides.insert(name.trim().to_owned(), address.to_string());
-        }
-        if resolve_overrides.len() > RESOLVE_OVERRIDES_MAX {
-            return Err(format!(
-                "{} resolve overrides given; at most {RESOLVE_OVERRIDES_MAX} (resolve_overrides_max)",
-                resolve_overrides.len()
-            ));
         }
         Ok(Self { resolve_overrides })
     }

@@ -162,10 +162,9 @@ impl Node {
             Some(tls) => Transport::Tls(tls.peer_client()),
             None => Transport::Plain,
         });
-        let opened = match open_storage(&config, &peers, &metrics).await {
-            Err(OpenError::Removed(removed))
-                if config.rejoin_through.is_some() && matches!(config.storage, Storage::Disk) =>
-            {
+        let opened = match open_storage(&config, &peers, &metrics).await? {
+            Ok(opened) => opened,
+            Err(removed) if config.rejoin_through.is_some() && matches!(config.storage, Storage::Disk) => {
                 // Every engine opened above is closed again by now.
                 tracing::warn!(
                     node = config.id,
@@ -173,9 +172,9 @@ impl Node {
                     "this data directory is from before the member's removal; deleting it and joining again as a new learner"
                 );
                 remove_member_data(&config.data_dir)?;
-                open_storage(&config, &peers, &metrics).await?
+                open_storage(&config, &peers, &metrics).await??
             }
-            other => other?,
+            Err(removed) => return Err(removed.into()),
         };
         let OpenedStorage {
             log_store,
@@ -411,30 +410,20 @@ struct OpenedStorage {
     holds_state: bool,
 }
 
-/// Why storage did not open.
-#[derive(Debug, thiserror::Error)]
-enum OpenError {
-    /// The data is from before this member's removal from its cluster.
-    #[error(transparent)]
-    Removed(crate::admission::Removed),
-    #[error("{0:#}")]
-    Other(#[from] anyhow::Error),
-}
-
 /// Opens the log and the state machine, runs a forced recovery when asked,
-/// and refuses data from before this member's removal. On an error every
-/// engine it opened is closed again.
+/// and answers `Removed` for data from before this member's removal. On
+/// any error every engine it opened is closed again.
 async fn open_storage(
     config: &NodeConfig,
     peers: &PeerConnections,
     metrics: &Arc<crate::metrics::Metrics>,
-) -> Result<OpenedStorage, OpenError> {
+) -> Result<Result<OpenedStorage, crate::admission::Removed>, anyhow::Error> {
     let (log_engine, state_engine) = match &config.storage {
         Storage::Disk => {
-            private_directory(&config.data_dir).map_err(anyhow::Error::from)?;
+            private_directory(&config.data_dir)?;
             (
-                SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("log")).map_err(anyhow::Error::from)?),
-                SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("state")).map_err(anyhow::Error::from)?),
+                SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("log"))?),
+                SelectedEngine::Rocks(RocksEngine::open(config.data_dir.join("state"))?),
             )
         }
         Storage::Memory { log, state } => (
@@ -443,7 +432,7 @@ async fn open_storage(
         ),
     };
     let (log_engine, state_engine) = (Arc::new(log_engine), Arc::new(state_engine));
-    let mut state_machine = StateMachineStore::open(state_engine.clone()).map_err(anyhow::Error::from)?;
+    let mut state_machine = StateMachineStore::open(state_engine.clone())?;
     let snapshot_on_disk = state_machine.snapshot_on_disk();
     let mut log_store = LogStore::new(log_engine).purging_only_behind(snapshot_on_disk, PURGE_WAIT_FOR_SNAPSHOT);
     // Timed on disk only: a simulated run records nothing.
@@ -455,7 +444,7 @@ async fn open_storage(
         crate::quorum_recovery::force_new_cluster(config, &mut log_store, &mut state_machine, peers).await?;
     }
     let holds_state = holds_cluster_state(&mut log_store).await?;
-    let cluster = Arc::new(ClusterIdentity::open(log_store.clone()).map_err(anyhow::Error::from)?);
+    let cluster = Arc::new(ClusterIdentity::open(log_store.clone())?);
     if let (true, Some(cluster_id)) = (holds_state, cluster.get()) {
         // A vote alone (a founder that voted before any entry) knows no membership yet.
         let known = lode_raft_store::recovery::effective_membership(&mut log_store, &mut state_machine)
@@ -463,20 +452,18 @@ async fn open_storage(
             .ok()
             .filter(|membership| membership.nodes().next().is_some());
         if let Some(membership) = known {
-            let checked = crate::admission::refuse_if_removed(config.id, &membership, peers, cluster_id).await;
-            if let Err(removed) = checked {
-                cluster.close();
-                return Err(OpenError::Removed(removed));
+            if let Err(removed) = crate::admission::refuse_if_removed(config.id, &membership, peers, cluster_id).await {
+                return Ok(Err(removed));
             }
         }
     }
-    Ok(OpenedStorage {
+    Ok(Ok(OpenedStorage {
         log_store,
         state_machine,
         state_engine,
         cluster,
         holds_state,
-    })
+    }))
 }
 
 /// Deletes a removed member's log and state, so it starts as a new member.
@@ -546,12 +533,8 @@ async fn enter_cluster(shared: Arc<Shared>) {
             }
             match founders_agree(&shared, &members).await {
                 Founding::Initialize => {}
-                Founding::Exists {
-                    lists_this_member: true,
-                } => return,
-                Founding::Exists {
-                    lists_this_member: false,
-                } => {
+                Founding::Exists => return,
+                Founding::ExistsWithoutThisMember => {
                     if let Some(seed) = shared.config.rejoin_through.clone() {
                         join(&shared, &seed).await;
                     }
@@ -598,8 +581,18 @@ fn other_founders(shared: &Shared, founders: &BTreeMap<u64, String>) -> Vec<(u64
 enum Founding {
     /// A quorum holds no state and was admitted: initialize the cluster.
     Initialize,
-    /// A founder holds the cluster's state: it exists already.
-    Exists { lists_this_member: bool },
+    /// The cluster exists and lists this member, which lost its data: the
+    /// leader readmits it.
+    Exists,
+    /// The cluster exists without this member: it was removed.
+    ExistsWithoutThisMember,
+}
+
+/// Whether one of `answers` holds a cluster, and if so whether that
+/// cluster lists member `id`.
+fn existing_cluster_lists(answers: &[(u64, lode_client::protocol::ClusterStatus)], id: u64) -> Option<bool> {
+    let (_, status) = answers.iter().find(|(_, status)| !status.members.is_empty())?;
+    Some(status.members.iter().any(|member| member.id == id))
 }
 
 /// Before the founder initializes: `Initialize` once a quorum of the
@@ -608,27 +601,26 @@ enum Founding {
 /// cluster's state (this member lost its data, and the leader readmits it,
 /// or it was removed).
 async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> Founding {
+    // Settled before Raft started: a founder always has the founding id.
     let Some(cluster) = shared.cluster.get() else {
-        return Founding::Exists {
-            lists_this_member: true,
-        };
+        return Founding::Exists;
     };
     let others = other_founders(shared, founders);
     let timeout = Duration::from_millis(FOUNDER_PING_TIMEOUT_MS);
     let mut waiting_logged = false;
     loop {
         let answers = shared.peers.statuses(others.clone(), cluster, timeout).await;
-        if let Some((holder, status)) = answers.iter().find(|(_, status)| !status.members.is_empty()) {
-            let lists_this_member = status.members.iter().any(|member| member.id == shared.id);
-            if lists_this_member {
+        match existing_cluster_lists(&answers, shared.id) {
+            Some(true) => {
                 tracing::warn!(
                     node = shared.id,
-                    holder,
                     "the cluster exists (a founder holds its state) but this member holds none: its data was lost; \
                      it waits to be readmitted as a learner instead of founding a second cluster"
                 );
+                return Founding::Exists;
             }
-            return Founding::Exists { lists_this_member };
+            Some(false) => return Founding::ExistsWithoutThisMember,
+            None => {}
         }
         if answers.len() + 1 > founders.len() / 2 {
             let admissions = answers.iter().filter_map(|(id, _)| {
@@ -660,14 +652,11 @@ async fn join_if_founded_without_this_member(shared: &Shared, founders: &BTreeMa
     while !shared.raft.is_initialized().await.unwrap_or(true) {
         if let Some(cluster) = shared.cluster.get() {
             let answers = shared.peers.statuses(others.clone(), cluster, timeout).await;
-            let holding = answers.iter().find(|(_, status)| !status.members.is_empty());
-            if let Some((_, status)) = holding {
-                if status.members.iter().any(|member| member.id == shared.id) {
-                    // Founded with this member: it is admitted (or readmitted) by the leader.
-                    return;
-                }
-                join(shared, seed).await;
-                return;
+            match existing_cluster_lists(&answers, shared.id) {
+                // Founded with this member: it is admitted (or readmitted) by the leader.
+                Some(true) => return,
+                Some(false) => return join(shared, seed).await,
+                None => {}
             }
         }
         tokio::time::sleep(Duration::from_millis(FOUNDER_PING_INTERVAL_MS * 5)).await;

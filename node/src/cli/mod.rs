@@ -421,7 +421,13 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         print_json(&identity.to_json());
         return Ok(());
     }
-    let id = identity.id;
+    let stateful_set::Identity {
+        id,
+        peer_advertise,
+        advertise: client_advertise,
+        membership,
+        rejoin_through,
+    } = identity;
     let stop = StopSignal::install();
     let tls = arguments.tls.load()?;
     let listeners = Listeners {
@@ -440,17 +446,17 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         refuse_open_ports_in_the_clear(&bound, arguments.insecure)?;
     }
     let advertise = MemberAddresses {
-        peer: match identity.peer_advertise.clone() {
+        peer: match peer_advertise {
             Some(address) => address,
             None => listeners.peer.local_addr()?.to_string(),
         },
-        client: match identity.advertise.clone() {
+        client: match client_advertise {
             Some(address) => address,
             None => listeners.client.local_addr()?.to_string(),
         },
     };
-    let mut config = NodeConfig::new(id, advertise, arguments.data_dir.clone(), identity.membership);
-    config.rejoin_through = identity.rejoin_through;
+    let mut config = NodeConfig::new(id, advertise, arguments.data_dir.clone(), membership);
+    config.rejoin_through = rejoin_through;
     config.cluster_name = arguments.cluster_name.clone();
     config.cluster_id = arguments.cluster_id;
     config.tls = tls.clone();

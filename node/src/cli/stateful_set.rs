@@ -48,10 +48,12 @@ impl Identity {
             (Some(count), Some(template)) => Some(founders(template, count)?),
             _ => None,
         };
-        let first_founder = founders.as_ref().and_then(|founders| founders.values().next().cloned());
-        let membership = match (&founders, &arguments.peers, &arguments.join) {
+        // Where a member joins: --join, or else the first founder.
+        let seed = (arguments.join.clone())
+            .or_else(|| founders.as_ref().and_then(|founders| founders.values().next().cloned()));
+        let membership = match (&founders, &arguments.peers, &seed) {
             (Some(founders), _, _) if founders.contains_key(&id) => Membership::Bootstrap(founders.clone()),
-            (Some(_), _, join) => Membership::Join(join.clone().or(first_founder.clone()).unwrap_or_default()),
+            (Some(_), _, Some(seed)) => Membership::Join(seed.clone()),
             (None, Some(peers), None) => {
                 let peers = parse_peers(peers)?;
                 if !peers.contains_key(&id) {
@@ -64,7 +66,7 @@ impl Identity {
         };
         let rejoin_through = match arguments.rejoin_when_removed {
             false => None,
-            true => Some(arguments.join.clone().or(first_founder).ok_or_else(|| {
+            true => Some(seed.ok_or_else(|| {
                 "--rejoin-when-removed needs --join or --founders: a member to join again through".to_owned()
             })?),
         };
