@@ -454,6 +454,42 @@ async fn the_bench_is_bounded_and_reports_every_workload() {
     );
     let progress = String::from_utf8_lossy(&output.stderr);
     assert!(progress.contains("progress: 1s,"), "{progress}");
+    // Clients may share fewer connections than there are clients, never
+    // none and never more.
+    let shared = |connections: &str| {
+        lode(
+            &[
+                "bench",
+                "--clients",
+                "4",
+                "--connections",
+                connections,
+                "--duration",
+                "300ms",
+                "--requests-max",
+                "100",
+                "--json",
+            ],
+            &endpoints,
+        )
+    };
+    let output = shared("2");
+    assert!(output.status.success(), "{output:?}");
+    let result: serde_json::Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object");
+    assert_eq!(
+        (result["clients"].as_u64(), result["connections"].as_u64()),
+        (Some(4), Some(2))
+    );
+    assert!(result["ops"].as_u64().is_some_and(|ops| ops > 0), "{result}");
+    for refused in ["0", "5"] {
+        let output = shared(refused);
+        assert!(!output.status.success(), "--connections {refused}: {output:?}");
+        let message = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            message.contains("--connections must be 1 to --clients (4)"),
+            "{message}"
+        );
+    }
     cluster.assert_no_errors();
 }
 

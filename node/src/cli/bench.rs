@@ -46,6 +46,11 @@ pub struct BenchArguments {
     /// Concurrent clients, each with one request in flight.
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
+    /// Connections the clients share, each a client of its own (the
+    /// clients take them in turn); one per client when not given. etcd's
+    /// benchmark tools share a few connections among many clients too.
+    #[arg(long)]
+    pub connections: Option<usize>,
     /// How long to run, e.g. `20s`, `500ms`, `2m`.
     #[arg(long, default_value = "20s", value_parser = super::helpers::parse_duration)]
     pub duration: Duration,
@@ -116,6 +121,12 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     if arguments.clients == 0 || arguments.clients > BENCH_CLIENTS_MAX {
         anyhow::bail!("--clients must be 1 to {BENCH_CLIENTS_MAX} (bench_clients_max)");
     }
+    if arguments
+        .connections
+        .is_some_and(|connections| connections == 0 || connections > arguments.clients)
+    {
+        anyhow::bail!("--connections must be 1 to --clients ({})", arguments.clients);
+    }
     if arguments.keys == 0 {
         anyhow::bail!("--keys must be at least 1");
     }
@@ -130,9 +141,13 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     let counters = Arc::new(Counters::default());
     let started = tokio::time::Instant::now();
     let deadline = started + arguments.duration;
+    let connections = arguments.connections.unwrap_or(arguments.clients);
+    let clients = (0..connections)
+        .map(|_| arguments.endpoints.client())
+        .collect::<Result<Vec<_>, _>>()?;
     let mut workers = Vec::new();
     for worker in 0..arguments.clients {
-        let client = arguments.endpoints.client()?;
+        let client = clients[worker % connections].clone();
         let (arguments, counters, values) = (arguments.clone(), counters.clone(), values.clone());
         workers.push(tokio::spawn(async move {
             let kv = client.kv(arguments.namespace.clone());
@@ -217,6 +232,7 @@ fn print_result(arguments: &BenchArguments, total: &Histogram<u64>, counters: &C
         let result = serde_json::json!({
             "workload": format!("{:?}", arguments.workload),
             "clients": arguments.clients,
+            "connections": arguments.connections.unwrap_or(arguments.clients),
             "value_bytes": arguments.value_bytes,
             "keys": arguments.keys,
             "duration_s": elapsed,
@@ -235,8 +251,12 @@ fn print_result(arguments: &BenchArguments, total: &Histogram<u64>, counters: &C
         return;
     }
     println!(
-        "workload={:?} clients={} value_bytes={} keys={} duration={elapsed:.1}s",
-        arguments.workload, arguments.clients, arguments.value_bytes, arguments.keys
+        "workload={:?} clients={} connections={} value_bytes={} keys={} duration={elapsed:.1}s",
+        arguments.workload,
+        arguments.clients,
+        arguments.connections.unwrap_or(arguments.clients),
+        arguments.value_bytes,
+        arguments.keys
     );
     println!(
         "ops={done} ops/s={:.0} errors={errors} version_conflicts={conflicts}",
