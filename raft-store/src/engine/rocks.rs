@@ -111,6 +111,12 @@ const BLOOM_BITS_PER_KEY: f64 = 10.0;
 const MEMTABLE_BLOOM_RATIO: f64 = 0.05;
 
 const _: () = assert!(MEMTABLE_BYTES_BUSY * 3 <= MEMTABLE_BYTES_MAX);
+/// Write-ahead log files an instance keeps before it flushes the column
+/// families that hold the oldest one. A family written rarely (metadata)
+/// otherwise keeps every log file since its last flush alive: RocksDB's
+/// default allows four times all memtables, about 170 MiB an instance.
+pub const WAL_BYTES_MAX: u64 = 2 * MEMTABLE_BYTES_MAX as u64;
+const _: () = assert!(WAL_BYTES_MAX >= MEMTABLE_BYTES_MAX as u64);
 
 fn options() -> Options {
     let mut options = Options::default();
@@ -120,6 +126,7 @@ fn options() -> Options {
     options.set_max_background_jobs(2);
     options.set_keep_log_file_num(4);
     options.set_db_write_buffer_size(MEMTABLE_BYTES_MAX);
+    options.set_max_total_wal_size(WAL_BYTES_MAX);
     options
 }
 
