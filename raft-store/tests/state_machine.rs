@@ -438,7 +438,8 @@ async fn dedup_records_expire_after_the_proposed_retention() -> TestResult {
         .outcomes
         .remove(0);
     assert!(within.deduplicated);
-    // Past it, a later entry prunes the record and the op id is new again.
+    // Past it the op id is new again, though no entry has pruned the
+    // record yet (pruning runs on every 16th entry).
     state.apply([with_retention(3, 20_000, 6, "other")]).await?;
     let after = state
         .apply([with_retention(4, 20_001, 5, "third")])
@@ -451,6 +452,21 @@ async fn dedup_records_expire_after_the_proposed_retention() -> TestResult {
         state.reader().get_entry("ns", b"k", 0)?.ok_or("entry")?.value,
         b"third".to_vec()
     );
+    // Entry 16 prunes what is past the retention; the record that replaced
+    // op id 5's expired one is not taken with it.
+    for index in 5..=16u64 {
+        state
+            .apply([with_retention(index, 20_001 + index, 100 + u128::from(index), "filler")])
+            .await?;
+    }
+    let repeat = state
+        .apply([with_retention(17, 20_030, 5, "fourth")])
+        .await?
+        .remove(0)
+        .outcomes
+        .remove(0);
+    assert!(repeat.deduplicated, "{repeat:?}");
+    assert_eq!(repeat.index, after.index);
     Ok(())
 }
 
@@ -557,6 +573,40 @@ async fn the_change_log_is_trimmed_to_its_limit_and_says_so() -> TestResult {
     assert_eq!(positions, vec![(8, 0), (9, 0), (10, 0)]);
     let compacted = reader.changes((0, 0), 100, "")?.expect_err("trimmed");
     assert_eq!(compacted.trimmed_through, (7, 0));
+    Ok(())
+}
+
+/// A large change log runs over its limit by at most 1/64 of it, and each
+/// trim takes it back to the limit: trims come in batches, not one event
+/// per entry.
+#[tokio::test]
+async fn a_large_change_log_is_trimmed_back_to_its_limit_past_a_slack() -> TestResult {
+    let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    let reader = state.reader();
+    let (limit, slack) = (128u64, 2u64);
+    let mut counts = Vec::new();
+    for index in 1..=150u64 {
+        let mut proposal = Proposal::single(command(index, None, vec![set(&format!("k{index}"), "v", None)]));
+        proposal.retention.change_events_max = limit;
+        let entry = Entry::<TypeConfig> {
+            log_id: log_id(2, 1, index),
+            payload: EntryPayload::Normal(proposal),
+        };
+        state.apply([entry]).await?;
+        let after = match reader.changes((0, 0), 1000, "")? {
+            Ok(_) => (0, 0),
+            Err(compacted) => compacted.trimmed_through,
+        };
+        let page = reader.changes(after, 1000, "")?.map_err(|c| format!("{c:?}"))?;
+        counts.push(page.events.len() as u64);
+    }
+    assert!(counts.iter().all(|count| *count <= limit + slack), "{counts:?}");
+    assert!(counts.contains(&(limit + slack)), "the slack is used: {counts:?}");
+    assert_eq!(
+        counts[limit as usize + slack as usize],
+        limit,
+        "a trim goes back to the limit: {counts:?}"
+    );
     Ok(())
 }
 

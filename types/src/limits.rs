@@ -105,6 +105,14 @@ pub const CHANGE_BYTES_MAX_DEFAULT: u64 = 64 << 20;
 /// Most change events one apply trims, so trimming never makes one apply
 /// slow; the log catches up over the following entries.
 pub const CHANGE_TRIM_PER_APPLY_MAX: usize = 2048;
+/// The change log is trimmed once it is over its event or byte limit by
+/// this fraction of the limit (1/64), back to the limit: one trim, with
+/// its read of the oldest events, every few hundred entries instead of one
+/// on every entry.
+pub const CHANGE_TRIM_SLACK_DIVISOR: u64 = 64;
+/// Most events the change log runs over its limit before it is trimmed.
+pub const CHANGE_TRIM_SLACK_EVENTS_MAX: u64 = 1024;
+const _: () = assert!(CHANGE_TRIM_SLACK_EVENTS_MAX as usize <= CHANGE_TRIM_PER_APPLY_MAX);
 /// Most change events one read returns.
 pub const CHANGES_PAGE_EVENTS_MAX: usize = 1000;
 /// Longest a change read waits for new events, in milliseconds.
@@ -114,8 +122,12 @@ pub const CHANGES_WAIT_MS_MAX: u64 = 30_000;
 pub const DEDUP_RETENTION_MICROS_MIN: u64 = 60 * 1_000_000;
 /// Longest dedup retention a node may be configured with.
 pub const DEDUP_RETENTION_MICROS_MAX: u64 = 7 * 24 * 3600 * 1_000_000;
+/// Dedup records are pruned by the entries whose index is a multiple of
+/// this: the read of the oldest records is made once every so many entries.
+/// A record is answered only within its retention, pruned or not.
+pub const DEDUP_PRUNE_EVERY_ENTRIES: u64 = 16;
 /// Most dedup records one apply prunes, so pruning never makes one apply slow.
-pub const DEDUP_PRUNE_PER_APPLY_MAX: usize = 64;
+pub const DEDUP_PRUNE_PER_APPLY_MAX: usize = 1024;
 
 /// Most checks in one Deno KV atomic write (Deno KV's limit).
 pub const DENO_CHECKS_PER_WRITE_MAX: usize = 10;

@@ -1,13 +1,14 @@
 //! The change log: every change of a live value an entry made, recorded
-//! under (log index, sequence), and trimmed from the oldest end while the
-//! log is over the proposal's retention, remembering the last position
-//! trimmed so that a reader asking for older events learns they are gone.
+//! under (log index, sequence), and trimmed from the oldest end back to the
+//! proposal's retention once it is over it by a slack (1/64 of the limit),
+//! remembering the last position trimmed so that a reader asking for older
+//! events learns they are gone.
 
 use crate::command::{ChangeEvent, ChangeKind, Encoding, Retention};
 use crate::engine::{Engine, Space, WriteBatch};
 use crate::error::{decode, encode, EngineError};
 use crate::keys::{self, meta};
-use crate::limits::CHANGE_TRIM_PER_APPLY_MAX;
+use crate::limits::{CHANGE_TRIM_PER_APPLY_MAX, CHANGE_TRIM_SLACK_DIVISOR, CHANGE_TRIM_SLACK_EVENTS_MAX};
 
 /// A change event before it has its position.
 pub(super) struct Change {
@@ -84,9 +85,9 @@ pub(super) fn record_changes<E: Engine>(
     Ok(())
 }
 
-/// Trims the oldest events (at most `change_trim_per_apply_max`) while the
-/// log is over the retention's event or byte limit; answers the new count
-/// and bytes.
+/// Once the log is over the retention's event or byte limit by its slack,
+/// trims the oldest events (at most `change_trim_per_apply_max`) while it
+/// is over the limit; answers the new count and bytes.
 fn trim_oldest<E: Engine>(
     engine: &E,
     batch: &mut WriteBatch,
@@ -94,7 +95,11 @@ fn trim_oldest<E: Engine>(
     retention: &Retention,
 ) -> Result<(u64, u64), EngineError> {
     let over = |count: u64, bytes: u64| count > retention.change_events_max || bytes > retention.change_bytes_max;
-    if !over(count, bytes) {
+    let slack_events = (retention.change_events_max / CHANGE_TRIM_SLACK_DIVISOR).min(CHANGE_TRIM_SLACK_EVENTS_MAX);
+    let slack_bytes = retention.change_bytes_max / CHANGE_TRIM_SLACK_DIVISOR;
+    let over_slack = count > retention.change_events_max.saturating_add(slack_events)
+        || bytes > retention.change_bytes_max.saturating_add(slack_bytes);
+    if !over_slack {
         return Ok((count, bytes));
     }
     // Start after the last trimmed event: the head of the log is a run
@@ -113,7 +118,9 @@ fn trim_oldest<E: Engine>(
     while over(count, bytes) && trimmed < CHANGE_TRIM_PER_APPLY_MAX {
         // Read only about as many as must go; bytes over the limit are
         // trimmed in small steps.
-        let wanted = count.saturating_sub(retention.change_events_max).clamp(1, 256) as usize;
+        let wanted = count
+            .saturating_sub(retention.change_events_max)
+            .clamp(1, CHANGE_TRIM_SLACK_EVENTS_MAX) as usize;
         let oldest = engine.scan(Space::ChangeLog, &start, None, wanted)?;
         if oldest.is_empty() {
             break;

@@ -1,7 +1,8 @@
-//! Dedup by op id: a command whose op id has an outcome recorded (by an
-//! earlier entry, or by an earlier command of this one) answers that
-//! outcome and applies nothing; records older than the proposal's
-//! retention are pruned a bounded number at a time.
+//! Dedup by op id: a command whose op id has an outcome recorded within
+//! the proposal's retention (by an earlier entry, or by an earlier command
+//! of this one) answers that outcome and applies nothing; older records
+//! answer nothing and are pruned a bounded number at a time, on every
+//! `dedup_prune_every_entries`th entry.
 //!
 //! A record is compact: it never holds a whole value. Each value its
 //! answer carried (a State update's old and new JSON, a taken value, a
@@ -18,7 +19,7 @@ use crate::command::{ChangeEvent, CommandOutcome, Encoding, MessageId, OpId, Ope
 use crate::engine::{Engine, Space, WriteBatch};
 use crate::error::{decode, encode, EngineError};
 use crate::keys::{self, meta};
-use crate::limits::DEDUP_PRUNE_PER_APPLY_MAX;
+use crate::limits::{DEDUP_PRUNE_EVERY_ENTRIES, DEDUP_PRUNE_PER_APPLY_MAX};
 
 /// Values up to this size are kept in the record itself: a digest and a
 /// place would weigh more.
@@ -96,10 +97,13 @@ impl ValueReference {
     }
 }
 
-/// The outcome recorded for `op_id`, if any, with its values found again.
+/// The outcome recorded for `op_id` at or after `cutoff_micros` (the
+/// command's time less the retention), if any, with its values found
+/// again. An older record awaiting its prune answers nothing.
 pub(super) fn recorded_outcome<E: Engine>(
     overlay: &mut Overlay<'_, E>,
     op_id: OpId,
+    cutoff_micros: u64,
 ) -> Result<Option<CommandOutcome>, EngineError> {
     if let Some(outcome) = overlay.outcomes.get(&op_id) {
         return Ok(Some(outcome.clone()));
@@ -108,6 +112,12 @@ pub(super) fn recorded_outcome<E: Engine>(
         return Ok(None);
     };
     let record = decode::<DedupRecord>("dedup record", &bytes)?;
+    if record.time_micros < cutoff_micros {
+        // The new record replaces this one: its prune must not take the
+        // new one with it.
+        overlay.expired_records.insert(op_id, record.time_micros);
+        return Ok(None);
+    }
     let result = match record.result {
         Ok(results) => rebuild_results(overlay, record.index, results)?,
         Err(rejection) => Err(rejection),
@@ -151,6 +161,12 @@ pub(super) fn record<E: Engine>(
         op_id.0.to_be_bytes().to_vec(),
         encode("dedup record", &record)?,
     );
+    if let Some(expired_micros) = overlay.expired_records.remove(&op_id) {
+        batch.delete(
+            Space::DedupByTime,
+            keys::dedup_time_key(expired_micros, op_id.0).to_vec(),
+        );
+    }
     batch.put(
         Space::DedupByTime,
         keys::dedup_time_key(outcome.time_micros, op_id.0).to_vec(),
@@ -347,13 +363,18 @@ fn find_claimed_payload<E: Engine>(
     Ok(super::queue::claimed_payload(overlay, id)?.filter(|payload| digest(payload) == wanted))
 }
 
-/// Drops a bounded number of dedup records older than the retention window.
+/// On every `dedup_prune_every_entries`th entry, drops a bounded number of
+/// dedup records older than the retention window.
 pub(super) fn prune<E: Engine>(
     engine: &E,
     batch: &mut WriteBatch,
+    index: u64,
     now_micros: u64,
     retention_micros: u64,
 ) -> Result<(), EngineError> {
+    if index % DEDUP_PRUNE_EVERY_ENTRIES != 0 {
+        return Ok(());
+    }
     let Some(cutoff) = now_micros.checked_sub(retention_micros) else {
         return Ok(());
     };

@@ -54,24 +54,28 @@ pub fn apply_proposal<E: Engine>(
     for command in &proposal.commands {
         clock = clock.max(command.body().time_micros);
         context.begin_command(clock);
-        outcomes.push(apply_command(&mut context, batch, command)?);
+        let cutoff_micros = clock.saturating_sub(proposal.retention.dedup_micros);
+        outcomes.push(apply_command(&mut context, batch, command, cutoff_micros)?);
     }
     if !proposal.commands.is_empty() {
-        dedup::prune(engine, batch, clock, proposal.retention.dedup_micros)?;
+        dedup::prune(engine, batch, position.index, clock, proposal.retention.dedup_micros)?;
     }
     let changes = std::mem::take(&mut context.overlay().settled_changes);
     change_log::record_changes(engine, batch, changes, position.index, &proposal.retention)?;
     Ok((outcomes, clock))
 }
 
+/// Applies one command, or answers its op id's outcome recorded at or
+/// after `dedup_cutoff_micros`.
 fn apply_command<E: Engine>(
     context: &mut ApplyContext<'_, E>,
     batch: &mut WriteBatch,
     command: &Command,
+    dedup_cutoff_micros: u64,
 ) -> Result<CommandOutcome, EngineError> {
     let body = command.body();
     if let Some(op_id) = body.op_id.filter(|_| !injected_bugs::enabled(InjectedBug::SkipDedup)) {
-        if let Some(mut outcome) = dedup::recorded_outcome(context.overlay(), op_id)? {
+        if let Some(mut outcome) = dedup::recorded_outcome(context.overlay(), op_id, dedup_cutoff_micros)? {
             outcome.deduplicated = true;
             return Ok(outcome);
         }
