@@ -372,7 +372,7 @@ pub(super) fn prune<E: Engine>(
     now_micros: u64,
     retention_micros: u64,
 ) -> Result<(), EngineError> {
-    if index % DEDUP_PRUNE_EVERY_ENTRIES != 0 {
+    if !index.is_multiple_of(DEDUP_PRUNE_EVERY_ENTRIES) {
         return Ok(());
     }
     let Some(cutoff) = now_micros.checked_sub(retention_micros) else {
