@@ -7,13 +7,6 @@ use clap::Parser;
 
 mod cli;
 
-/// mimalloc for every allocation in the process, RocksDB's C++ ones
-/// included (the `override` feature replaces `malloc` and `free`): under
-/// write load glibc's allocator spent about an eighth of a member's CPU
-/// consolidating and unlinking free chunks (docs/performance.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let arguments = cli::Arguments::parse();
     // Tests that run a deployment's members on one host give the names
