@@ -174,11 +174,14 @@ pub struct NodeArguments {
     /// How long a mutation's op id stays deduplicated (1m to 7d).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub dedup_retention: Duration,
-    /// Most change events kept for subscribers (at least 1).
+    /// Change events kept for subscribers (at least 1). A large log runs
+    /// up to 1/64 of this (at most 1,024 events) over before one trim
+    /// takes it back.
     #[arg(long, default_value_t = lode_client::limits::CHANGE_EVENTS_MAX_DEFAULT,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub change_log_events_max: u64,
-    /// Most bytes of change events kept for subscribers (at least 1).
+    /// Bytes of change events kept for subscribers (at least 1); up to
+    /// 1/64 more before a trim.
     #[arg(long, default_value_t = lode_client::limits::CHANGE_BYTES_MAX_DEFAULT,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub change_log_bytes_max: u64,
