@@ -74,6 +74,13 @@ pub struct BenchArguments {
     pub quiet: bool,
 }
 
+impl BenchArguments {
+    /// The connections the clients share: one each unless `--connections`.
+    fn connections(&self) -> usize {
+        self.connections.unwrap_or(self.clients)
+    }
+}
+
 /// Bytes of random data values are cut from: each value starts at its own
 /// offset, so stored values neither repeat nor compress, as real ones
 /// mostly do not (a value of one repeated byte would shrink to nothing on
@@ -141,7 +148,7 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     let counters = Arc::new(Counters::default());
     let started = tokio::time::Instant::now();
     let deadline = started + arguments.duration;
-    let connections = arguments.connections.unwrap_or(arguments.clients);
+    let connections = arguments.connections();
     let clients = (0..connections)
         .map(|_| arguments.endpoints.client())
         .collect::<Result<Vec<_>, _>>()?;
@@ -232,7 +239,7 @@ fn print_result(arguments: &BenchArguments, total: &Histogram<u64>, counters: &C
         let result = serde_json::json!({
             "workload": format!("{:?}", arguments.workload),
             "clients": arguments.clients,
-            "connections": arguments.connections.unwrap_or(arguments.clients),
+            "connections": arguments.connections(),
             "value_bytes": arguments.value_bytes,
             "keys": arguments.keys,
             "duration_s": elapsed,
@@ -254,7 +261,7 @@ fn print_result(arguments: &BenchArguments, total: &Histogram<u64>, counters: &C
         "workload={:?} clients={} connections={} value_bytes={} keys={} duration={elapsed:.1}s",
         arguments.workload,
         arguments.clients,
-        arguments.connections.unwrap_or(arguments.clients),
+        arguments.connections(),
         arguments.value_bytes,
         arguments.keys
     );

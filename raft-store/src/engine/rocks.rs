@@ -102,7 +102,8 @@ pub const MEMTABLE_BYTES_MAX: usize = 32 << 20;
 const MEMTABLE_BYTES_BUSY: usize = 8 << 20;
 /// One column family's memtable, for the small ones (metadata, expiry).
 const MEMTABLE_BYTES_SMALL: usize = 1 << 20;
-/// The block cache of one instance (data, index and filter blocks).
+/// The block cache of one instance: data blocks (index and filter blocks
+/// stay with each table reader, see `family_options`).
 pub const BLOCK_CACHE_BYTES: usize = 16 << 20;
 /// Bloom filter bits per key in table files: about 1% false positives.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
