@@ -10,13 +10,18 @@ use support::wait_until;
 
 /// A base port whose member ports (base+1 … base+3), HTTP ports
 /// (base+101 … base+103) and peer ports (base+201 … base+203) are free on
-/// loopback right now.
+/// loopback right now. Bases lie below the kernel's ephemeral range
+/// (32768 and up), so no outgoing connection of a test running beside
+/// this one takes a member's port between this check and `lode dev`'s
+/// bind, and the bases this process hands out are 300 apart.
 fn free_base_port() -> u16 {
-    for _ in 0..100 {
-        let base = support::free_port();
-        if base > 60_000 {
-            continue;
-        }
+    const BASE_MIN: u32 = 10_000;
+    const SLOTS: u32 = 72;
+    const _: () = assert!(BASE_MIN + SLOTS * 300 < 32_768);
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    for _ in 0..SLOTS {
+        let slot = (std::process::id() + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) % SLOTS;
+        let base = u16::try_from(BASE_MIN + slot * 300).expect("below 32768");
         let free = [1, 2, 3, 101, 102, 103, 201, 202, 203]
             .into_iter()
             .all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok());
@@ -24,7 +29,7 @@ fn free_base_port() -> u16 {
             return base;
         }
     }
-    panic!("no three consecutive free ports");
+    panic!("no free base port below the ephemeral range");
 }
 
 fn start_dev(base: u16, data_dir: &std::path::Path) -> Child {
