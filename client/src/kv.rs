@@ -81,12 +81,15 @@ fn now_plus(duration: Duration) -> u64 {
     crate::facade::now_micros().saturating_add(duration_micros(duration))
 }
 
-/// An opaque cursor for the key a scan resumes after.
-fn encode_cursor(key: &[u8]) -> String {
+/// An opaque cursor for the key a scan resumes after (every API that pages
+/// a scan hands out this one).
+pub fn encode_cursor(key: &[u8]) -> String {
     key.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-fn decode_cursor(cursor: &str) -> Result<Vec<u8>, LodeError> {
+/// The key a cursor from [`encode_cursor`] resumes after; `invalid` for
+/// any other text.
+pub fn decode_cursor(cursor: &str) -> Result<Vec<u8>, LodeError> {
     let invalid = || LodeError::Invalid(format!("cursor {cursor:?} is not one a scan returned"));
     if !cursor.len().is_multiple_of(2) {
         return Err(invalid());

@@ -7,14 +7,12 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::time::Duration;
 
 use lode_client::protocol::ChangeKind;
 use lode_client::state::{StateEvent, Trigger};
 use lode_client::LodeError;
 use serde_json::{json, Value};
-use support::{wait_until, TestCluster, ACCESS_TOKEN};
+use support::{server_sent_events, wait_until, TestCluster};
 
 /// Reads a trigger until it has delivered `count` events.
 async fn collect(trigger: &mut Trigger, count: usize) -> Vec<StateEvent> {
@@ -172,31 +170,8 @@ async fn triggers_stream_as_server_sent_events_and_resume_by_last_event_id() {
         .expect("set");
     let address = cluster.kv_connect_url(1).trim_start_matches("http://").to_owned();
 
-    // (id, data) of the first `count` events of a stream.
     let read_events = |query: &str, last_event_id: Option<&str>, count: usize| {
-        let mut stream = std::net::TcpStream::connect(&address).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-        let resume = last_event_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
-        let request = format!(
-            "GET /state/v1/triggers?{query} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {ACCESS_TOKEN}\r\n{resume}\r\n"
-        );
-        stream.write_all(request.as_bytes()).expect("write");
-        let mut events = Vec::new();
-        let mut id = None;
-        for line in BufReader::new(stream).lines() {
-            let line = line.expect("read a line");
-            if let Some(value) = line.strip_prefix("id: ") {
-                id = Some(value.to_owned());
-            }
-            if let Some(data) = line.strip_prefix("data: ") {
-                let data: Value = serde_json::from_str(data).expect("JSON data");
-                events.push((id.take().expect("an id before the data"), data));
-                if events.len() == count {
-                    break;
-                }
-            }
-        }
-        events
+        server_sent_events(&address, &format!("/state/v1/triggers?{query}"), last_event_id, count)
     };
     let all = read_events("scope=users&key=profile", None, 3);
     assert_eq!(all[0].1["event_type"], "state:created");

@@ -1,6 +1,6 @@
 //! The node's HTTP port: KV Connect (so `Deno.openKv("http://…")` and
-//! `@deno/kv` reach the cluster unchanged), the State API as JSON, health,
-//! readiness and Prometheus metrics.
+//! `@deno/kv` reach the cluster unchanged), the KV API and the State API as
+//! JSON, health, readiness and Prometheus metrics.
 //!
 //! The gateway is a client of its own node: it speaks to the node's tarpc
 //! service through the Rust SDK, so writes and strong reads follow the
@@ -14,6 +14,8 @@
 
 mod caller;
 pub mod deno;
+mod events;
+mod kv_api;
 mod kv_connect;
 mod metrics;
 pub mod readiness;
@@ -155,12 +157,14 @@ impl HttpServer {
             .route("/kv/{consistency}/watch", post(watch::watch))
             .route("/state/v1/triggers", get(state_api::triggers))
             .route("/state/v1/{function}", post(state_api::call))
+            .merge(kv_api::router(true))
             .route_layer(axum::middleware::from_fn_with_state(gateway.clone(), require_token));
         let router = Router::new()
             .merge(with_token)
             .route("/health", get(readiness::health))
             .route("/ready", get(readiness::ready))
             .route("/metrics", get(metrics::metrics))
+            .merge(kv_api::router(false))
             .layer(axum::extract::DefaultBodyLimit::max(kv_connect::BODY_BYTES_MAX))
             .layer(axum::middleware::from_fn_with_state(gateway.clone(), count_in_flight))
             .with_state(gateway.clone());

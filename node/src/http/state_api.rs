@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::caller::Caller;
-use super::Gateway;
+use super::{events, Gateway};
 
 fn answer(status: StatusCode, body: Value) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
@@ -174,18 +174,6 @@ pub(super) struct TriggerQuery {
     after: Option<String>,
 }
 
-/// How long a trigger stream may stay silent before a keepalive comment.
-const TRIGGER_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(15);
-
-fn parse_position(text: &str) -> Result<(u64, u32), LodeError> {
-    let invalid = || LodeError::Invalid(format!("position {text:?} is not INDEX.SEQUENCE"));
-    let (index, sequence) = text.split_once('.').ok_or_else(invalid)?;
-    Ok((
-        index.parse().map_err(|_| invalid())?,
-        sequence.parse().map_err(|_| invalid())?,
-    ))
-}
-
 /// `GET /state/v1/triggers`: State API changes as server-sent events
 /// (`id` is the position to resume after, `data` the seed's event
 /// payload), from this member's change feed.
@@ -196,13 +184,8 @@ pub(super) async fn triggers(
     axum::extract::Query(query): axum::extract::Query<TriggerQuery>,
 ) -> Response {
     use lode_client::protocol::ChangeKind;
-    let resume = headers
-        .get("last-event-id")
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned)
-        .or(query.after);
-    let after = match resume.as_deref().map(parse_position).transpose() {
-        Ok(after) => after.unwrap_or((0, 0)),
+    let after = match events::resume_position(&headers, query.after) {
+        Ok(after) => after,
         Err(error) => return failure(error),
     };
     let mut kinds = Vec::new();
@@ -238,57 +221,32 @@ pub(super) async fn triggers(
     if let Some(pointer) = query.changed {
         trigger = trigger.field_changed(pointer);
     }
-    let stopping = gateway.stopping.clone();
-    let frames = futures::stream::unfold(
-        (trigger, stopping, false),
-        |(mut trigger, mut stopping, ended)| async move {
-            if ended {
-                return None;
-            }
-            let batch = tokio::select! {
-                biased;
-                _ = stopping.wait_for(|stop| *stop) => return None,
-                batch = tokio::time::timeout(TRIGGER_KEEPALIVE, trigger.next_batch()) => batch,
-            };
-            let (text, ended) = match batch {
-                Err(_) => (": keepalive\n\n".to_owned(), false),
-                Ok(Ok(events)) => (
-                    events
-                        .iter()
-                        .map(|event| {
-                            format!(
-                                "id: {}.{}\nevent: state\ndata: {}\n\n",
-                                event.position.0,
-                                event.position.1,
-                                event.to_json()
-                            )
-                        })
-                        .collect::<String>(),
-                    false,
-                ),
-                Ok(Err(error)) => {
-                    let code = if error.is_compacted() {
-                        "compacted"
-                    } else {
-                        "unavailable"
-                    };
-                    let data = json!({ "code": code, "message": error.to_string() });
-                    (format!("event: error\ndata: {data}\n\n"), true)
-                }
-            };
-            Some((
-                Ok::<_, std::convert::Infallible>(Bytes::from(text)),
-                (trigger, stopping, ended),
-            ))
-        },
-    );
-    (
-        StatusCode::OK,
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        axum::body::Body::from_stream(frames),
-    )
-        .into_response()
+    events::stream(TriggerFrames(trigger), gateway.stopping.clone(), |error| {
+        let code = if error.is_compacted() {
+            "compacted"
+        } else {
+            "unavailable"
+        };
+        json!({ "code": code, "message": error.to_string() })
+    })
+}
+
+/// A trigger's events as SSE frames: `id` is the position to resume
+/// after, `data` the seed's event payload.
+struct TriggerFrames(lode_client::state::Trigger);
+
+impl events::EventBatches for TriggerFrames {
+    async fn next_frames(&mut self) -> Result<String, LodeError> {
+        let events = self.0.next_batch().await?;
+        Ok(events
+            .iter()
+            .map(|event| {
+                events::frame(
+                    &events::position_text(event.position),
+                    "state",
+                    &event.to_json().to_string(),
+                )
+            })
+            .collect())
+    }
 }

@@ -613,6 +613,57 @@ fn request(address: &str, method: &str, path: &str, token: Option<&str>, content
     (status, response[head_end + 4..].to_vec())
 }
 
+/// The status line and headers of a GET, read without waiting for its
+/// body (for streams that never end).
+pub fn get_head(address: &str, path: &str, token: Option<&str>) -> String {
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let authorization = token.map_or(String::new(), |token| format!("Authorization: Bearer {token}\r\n"));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}\r\n");
+    stream.write_all(request.as_bytes()).expect("write");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("read the head");
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// The (id, data) of the first `count` events of a server-sent-events
+/// stream at `path` (with `Last-Event-ID` when given). Lines of the
+/// chunked encoding other than `id:` and `data:` are passed over.
+pub fn server_sent_events(
+    address: &str,
+    path: &str,
+    last_event_id: Option<&str>,
+    count: usize,
+) -> Vec<(String, serde_json::Value)> {
+    use std::io::BufRead;
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let resume = last_event_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {ACCESS_TOKEN}\r\n{resume}\r\n");
+    stream.write_all(request.as_bytes()).expect("write");
+    let mut events = Vec::new();
+    let mut id = String::new();
+    for line in std::io::BufReader::new(stream).lines() {
+        let line = line.expect("read a line");
+        if let Some(value) = line.strip_prefix("id: ") {
+            id = value.to_owned();
+        }
+        if let Some(data) = line.strip_prefix("data: ") {
+            let data = serde_json::from_str(data).expect("JSON data");
+            events.push((std::mem::take(&mut id), data));
+            if events.len() == count {
+                break;
+            }
+        }
+    }
+    events
+}
+
 /// One HTTP/1.1 POST over a fresh connection: (status, body text).
 pub fn post(address: &str, path: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> (u16, String) {
     let (status, body) = post_bytes(address, path, token, content_type, body);
