@@ -205,6 +205,71 @@ async fn the_http_port_acts_as_the_caller_with_its_grants() {
     .await;
 }
 
+/// The KV JSON API acts as the token's user too: writes and reads of a
+/// namespace outside its grants are `forbidden`, and listings and the
+/// change feed show only what it may read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kv_json_api_acts_as_the_caller_with_its_grants() {
+    use serde_json::{json, Value};
+    let Secured { cluster, root, .. } = secured().await;
+    let issued = user_with(&root, "configurer", &["write:config"]).await;
+    root.kv("secrets")
+        .set("password")
+        .bytes("hunter2")
+        .send()
+        .await
+        .expect("root writes");
+    let leader = cluster.wait_for_leader().await;
+    let address = cluster
+        .kv_connect_url(cluster.a_follower(leader))
+        .trim_start_matches("http://")
+        .to_owned();
+    let token = issued.token.0.clone();
+    let call = |path: &str, body: Value| -> (u16, Value) {
+        let (status, text) = support::post(
+            &address,
+            &format!("/kv/v1/{path}"),
+            Some(&token),
+            "application/json",
+            body.to_string().as_bytes(),
+        );
+        (status, serde_json::from_str(text.trim()).unwrap_or(Value::String(text)))
+    };
+    let set =
+        |namespace: &str| json!({ "operations": [{ "op": "set", "namespace": namespace, "key": "k", "value": "v" }] });
+    let (status, body) = call("write", set("config"));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call("write", set("secrets"));
+    assert_eq!(
+        (status, body["error"]["kind"].as_str()),
+        (403, Some("forbidden")),
+        "{body}"
+    );
+    let (status, body) = call(
+        "read",
+        json!({ "query": { "op": "get", "namespace": "secrets", "key": "password" } }),
+    );
+    assert_eq!(
+        (status, body["error"]["kind"].as_str()),
+        (403, Some("forbidden")),
+        "{body}"
+    );
+    let (status, body) = call("read", json!({ "query": { "op": "namespaces" } }));
+    assert_eq!((status, body["namespaces"].clone()), (200, json!(["config"])), "{body}");
+    // The feed holds the root's secret first, then the user's write; the
+    // user sees only its own.
+    let first = support::server_sent_events(&address, "/kv/v1/changes", &token, None, 1);
+    assert_eq!(first[0].1["namespace"], "config", "{first:?}");
+    let (status, _) = support::post(
+        &address,
+        "/kv/v1/write",
+        Some(support::ACCESS_TOKEN),
+        "application/json",
+        set("config").to_string().as_bytes(),
+    );
+    assert_eq!(status, 401, "the shared token no longer works once users exist");
+}
+
 /// On the client port a certificate signed by the cluster CA names the
 /// user of its common name, as etcd does: that user's grants apply with no
 /// token, and a certificate naming no user is refused.

@@ -422,7 +422,13 @@ async fn the_change_feed_streams_resumes_and_reports_compaction() {
     kv.one(json!({ "op": "set", "namespace": "feed", "key": "a", "value": "2" }));
     kv.one(json!({ "op": "delete", "namespace": "feed", "key": "a" }));
     kv.one(json!({ "op": "set", "namespace": "other", "key": "b", "value": { "base64": "/w==" } }));
-    let events = server_sent_events(&kv.address, "/kv/v1/changes?namespace_prefix=feed", None, 3);
+    let events = server_sent_events(
+        &kv.address,
+        "/kv/v1/changes?namespace_prefix=feed",
+        ACCESS_TOKEN,
+        None,
+        3,
+    );
     let kinds: Vec<&Value> = events.iter().map(|(_, data)| &data["kind"]).collect();
     assert_eq!(kinds, [&json!("created"), &json!("updated"), &json!("deleted")]);
     assert_eq!(events[1].1["old_value"], "1");
@@ -436,10 +442,16 @@ async fn the_change_feed_streams_resumes_and_reports_compaction() {
             events[0].1["sequence"]
         )
     );
-    let resumed = server_sent_events(&kv.address, "/kv/v1/changes", Some(&events[2].0), 1);
+    let resumed = server_sent_events(&kv.address, "/kv/v1/changes", ACCESS_TOKEN, Some(&events[2].0), 1);
     assert_eq!(resumed[0].1["namespace"], "other");
     assert_eq!(resumed[0].1["new_value"], json!({ "base64": "/w==" }));
-    let by_query = server_sent_events(&kv.address, &format!("/kv/v1/changes?after={}", events[1].0), None, 1);
+    let by_query = server_sent_events(
+        &kv.address,
+        &format!("/kv/v1/changes?after={}", events[1].0),
+        ACCESS_TOKEN,
+        None,
+        1,
+    );
     assert_eq!(by_query[0].0, events[2].0);
 
     // Past the retained window the stream ends with `compacted`.
@@ -447,7 +459,7 @@ async fn the_change_feed_streams_resumes_and_reports_compaction() {
         kv.one(json!({ "op": "set", "namespace": "feed", "key": "c", "value": count.to_string() }));
     }
     let trimmed = support::wait_until("the change log to be trimmed", || async {
-        let first = server_sent_events(&kv.address, "/kv/v1/changes?after=1.0", None, 1);
+        let first = server_sent_events(&kv.address, "/kv/v1/changes?after=1.0", ACCESS_TOKEN, None, 1);
         (first[0].1["kind"] == "compacted").then(|| first[0].1.clone())
     })
     .await;

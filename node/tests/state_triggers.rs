@@ -7,12 +7,11 @@
 
 mod support;
 
-
 use lode_client::protocol::ChangeKind;
 use lode_client::state::{StateEvent, Trigger};
 use lode_client::LodeError;
 use serde_json::{json, Value};
-use support::{server_sent_events, wait_until, TestCluster};
+use support::{server_sent_events, wait_until, TestCluster, ACCESS_TOKEN};
 
 /// Reads a trigger until it has delivered `count` events.
 async fn collect(trigger: &mut Trigger, count: usize) -> Vec<StateEvent> {
@@ -171,7 +170,13 @@ async fn triggers_stream_as_server_sent_events_and_resume_by_last_event_id() {
     let address = cluster.kv_connect_url(1).trim_start_matches("http://").to_owned();
 
     let read_events = |query: &str, last_event_id: Option<&str>, count: usize| {
-        server_sent_events(&address, &format!("/state/v1/triggers?{query}"), last_event_id, count)
+        server_sent_events(
+            &address,
+            &format!("/state/v1/triggers?{query}"),
+            ACCESS_TOKEN,
+            last_event_id,
+            count,
+        )
     };
     let all = read_events("scope=users&key=profile", None, 3);
     assert_eq!(all[0].1["event_type"], "state:created");

@@ -631,11 +631,12 @@ pub fn get_head(address: &str, path: &str, token: Option<&str>) -> String {
 }
 
 /// The (id, data) of the first `count` events of a server-sent-events
-/// stream at `path` (with `Last-Event-ID` when given). Lines of the
+/// stream at `path`, asked with `token` (and `Last-Event-ID` when given). Lines of the
 /// chunked encoding other than `id:` and `data:` are passed over.
 pub fn server_sent_events(
     address: &str,
     path: &str,
+    token: &str,
     last_event_id: Option<&str>,
     count: usize,
 ) -> Vec<(String, serde_json::Value)> {
@@ -643,8 +644,7 @@ pub fn server_sent_events(
     let mut stream = std::net::TcpStream::connect(address).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
     let resume = last_event_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {ACCESS_TOKEN}\r\n{resume}\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\n{resume}\r\n");
     stream.write_all(request.as_bytes()).expect("write");
     let mut events = Vec::new();
     let mut id = String::new();
