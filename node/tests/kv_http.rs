@@ -356,8 +356,17 @@ async fn bad_requests_name_the_field_and_the_limit() {
         &json!({ "query": { "op": "scan", "namespace": "n", "cursor": "zz" } }),
     );
     assert_eq!((status, answer["error"]["kind"].clone()), (400, json!("invalid")));
-    let (status, _) = post(&kv.address, "/kv/v1/write", None, "application/json", b"{}");
+    let (status, text) = post(&kv.address, "/kv/v1/write", None, "application/json", b"{}");
     assert_eq!(status, 401, "no token, no write");
+    let refusal: Value = serde_json::from_str(&text).expect("a JSON refusal");
+    assert_eq!(refusal["error"]["kind"], "unauthorized", "{refusal}");
+    assert!(
+        refusal["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("Bearer"),
+        "{refusal}"
+    );
     let (status, text) = post(
         &kv.address,
         "/kv/v1/write",

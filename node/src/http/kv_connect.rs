@@ -68,6 +68,13 @@ impl Refusal {
     }
 }
 
+impl Refusal {
+    /// Why the request was refused.
+    pub(super) fn message(&self) -> &str {
+        &self.message
+    }
+}
+
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         text(self.status, self.message)

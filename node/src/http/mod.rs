@@ -157,10 +157,14 @@ impl HttpServer {
             .route("/kv/{consistency}/watch", post(watch::watch))
             .route("/state/v1/triggers", get(state_api::triggers))
             .route("/state/v1/{function}", post(state_api::call))
-            .merge(kv_api::router(true))
             .route_layer(axum::middleware::from_fn_with_state(gateway.clone(), require_token));
+        let kv_json_with_token = kv_api::router(true).route_layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            kv_api::require_token,
+        ));
         let router = Router::new()
             .merge(with_token)
+            .merge(kv_json_with_token)
             .route("/health", get(readiness::health))
             .route("/ready", get(readiness::ready))
             .route("/metrics", get(metrics::metrics))

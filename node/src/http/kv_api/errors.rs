@@ -92,6 +92,17 @@ pub(super) fn error_json(error: &LodeError) -> Value {
 /// The error as an HTTP answer.
 pub(super) fn failure(error: LodeError) -> Response {
     let (_, status, _) = describe(&error);
-    let body = json!({ "error": error_json(&error) });
+    respond(status, error_json(&error))
+}
+
+/// A caller the port's token check refused, with the check's message.
+pub(super) fn unauthorized(message: &str) -> Response {
+    let mut body = error_json(&LodeError::Unauthorized);
+    body["message"] = json!(message);
+    respond(StatusCode::UNAUTHORIZED, body)
+}
+
+fn respond(status: StatusCode, error: Value) -> Response {
+    let body = json!({ "error": error });
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }

@@ -120,6 +120,22 @@ pub(super) fn router(with_token: bool) -> Router<Arc<Gateway>> {
         })
 }
 
+/// The port's token check, answering a refusal as this API's JSON error
+/// (`unauthorized`, 401) rather than KV Connect's plain text.
+pub(super) async fn require_token(
+    State(gateway): State<Arc<Gateway>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match gateway.callers.identify(request.headers()) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(refusal) => errors::unauthorized(refusal.message()),
+    }
+}
+
 fn answer(body: Value) -> Response {
     (
         StatusCode::OK,
