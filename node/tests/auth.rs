@@ -213,15 +213,19 @@ async fn the_kv_json_api_acts_as_the_caller_with_its_grants() {
     use serde_json::{json, Value};
     let Secured { cluster, root, .. } = secured().await;
     let issued = user_with(&root, "configurer", &["write:config"]).await;
-    root.kv("secrets")
+    let written = root
+        .kv("secrets")
         .set("password")
         .bytes("hunter2")
         .send()
         .await
         .expect("root writes");
     let leader = cluster.wait_for_leader().await;
+    let follower = cluster.a_follower(leader);
+    // A follower knows a token once it has applied its creation.
+    cluster.wait_applied(follower, written).await;
     let address = cluster
-        .kv_connect_url(cluster.a_follower(leader))
+        .kv_connect_url(follower)
         .trim_start_matches("http://")
         .to_owned();
     let token = issued.token.0.clone();

@@ -5,22 +5,15 @@
 //! the KV seed and the failure paths) against real clusters started from
 //! this build's `lode` binary.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use support::run_checked;
+
 fn sdk() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/python")
-}
-
-fn run(what: &str, command: &mut Command) {
-    let output = command.output().unwrap_or_else(|error| panic!("{what}: {error}"));
-    assert!(
-        output.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// The virtual environment's Python, installed from `requirements.lock`
@@ -35,11 +28,11 @@ fn python() -> PathBuf {
         return python;
     }
     let _ = std::fs::remove_dir_all(&venv);
-    run(
+    run_checked(
         "python3 -m venv",
         Command::new("python3").args(["-m", "venv"]).arg(&venv),
     );
-    run(
+    run_checked(
         "pip install --require-hashes -r requirements.lock",
         Command::new(&python)
             .args([
@@ -61,7 +54,7 @@ fn python() -> PathBuf {
 fn the_python_sdk_type_checks_builds_and_passes_its_suite_against_real_clusters() {
     let python = python();
     let sdk = sdk();
-    run(
+    run_checked(
         "mypy --strict",
         Command::new(&python)
             .args(["-m", "mypy", "--strict", "src", "tests"])
@@ -73,7 +66,7 @@ fn the_python_sdk_type_checks_builds_and_passes_its_suite_against_real_clusters(
     let build = tempfile::tempdir().expect("temp dir");
     let package = build.path().join("package");
     std::fs::create_dir(&package).expect("create the package copy");
-    run(
+    run_checked(
         "copy the package",
         Command::new("cp")
             .arg("-r")
@@ -82,7 +75,7 @@ fn the_python_sdk_type_checks_builds_and_passes_its_suite_against_real_clusters(
             .arg(&package),
     );
     let wheels = build.path().join("wheels");
-    run(
+    run_checked(
         "pip wheel",
         Command::new(&python)
             .args([
@@ -99,7 +92,7 @@ fn the_python_sdk_type_checks_builds_and_passes_its_suite_against_real_clusters(
     );
     let built = std::fs::read_dir(&wheels).expect("the wheel directory").count();
     assert_eq!(built, 1, "one wheel built");
-    run(
+    run_checked(
         "pytest",
         Command::new(&python)
             .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])

@@ -4,22 +4,15 @@
 //! (every TypeScript example of the KV seed, MessagePack, the failure
 //! paths) against real clusters started from this build's `lode` binary.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use support::run_checked;
+
 fn sdk() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/typescript")
-}
-
-fn run(what: &str, command: &mut Command) {
-    let output = command.output().unwrap_or_else(|error| panic!("{what}: {error}"));
-    assert!(
-        output.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// `npm ci` unless `node_modules` already holds exactly the lock.
@@ -30,7 +23,7 @@ fn install() {
     if std::fs::read(&stamp).ok().as_deref() == Some(&lock[..]) {
         return;
     }
-    run(
+    run_checked(
         "npm ci",
         Command::new("npm")
             .args(["ci", "--no-audit", "--no-fund"])
@@ -44,14 +37,14 @@ fn the_typescript_sdk_compiles_strictly_and_passes_its_suite_against_real_cluste
     install();
     let sdk = sdk();
     let _ = std::fs::remove_dir_all(sdk.join("dist"));
-    run(
+    run_checked(
         "tsc --strict",
         Command::new("node")
             .args(["node_modules/typescript/bin/tsc", "-p", "."])
             .current_dir(&sdk),
     );
     assert!(sdk.join("dist/src/index.d.ts").exists(), "type declarations emitted");
-    run(
+    run_checked(
         "node --test",
         Command::new("node")
             .args(["--test", "--test-concurrency=1", "dist/tests/"])

@@ -578,6 +578,18 @@ where
     }
 }
 
+/// Runs `command` and fails the test, with its output, unless it succeeds.
+pub fn run_checked(what: &str, command: &mut Command) {
+    let output = command.output().unwrap_or_else(|error| panic!("{what}: {error}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// One HTTP/1.1 POST over a fresh connection: (status, body bytes).
 pub fn post_bytes(address: &str, path: &str, token: Option<&str>, content_type: &str, body: &[u8]) -> (u16, Vec<u8>) {
     let content = format!("Content-Type: {content_type}\r\nContent-Length: {}\r\n", body.len());

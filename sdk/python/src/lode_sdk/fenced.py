@@ -109,15 +109,6 @@ def _int(value: Any, field: str) -> int:
     return value
 
 
-def _lease(answer: Any) -> Lease:
-    result = answer["results"][0]
-    return Lease(
-        token=u64_from_wire(result["token"]),
-        ttl_ms=u64_from_wire(result["ttl_micros"]) // 1000,
-        position=u64_from_wire(answer["position"]),
-        expires_at_micros=u64_from_wire(result["expires_at_micros"]),
-    )
-
 
 class FencedLeaseClient:
     """The two-phase coordination client."""
@@ -241,11 +232,11 @@ class FencedLeaseClient:
     async def acquire(self, prepared: PreparedMutation) -> Lease:
         """Sends a prepared acquisition; after an ambiguous outcome wait out
         the TTL before acquiring again (the recovery says so)."""
-        return _lease(await self._send(prepared, "acquire"))
+        return Lease.from_answer(await self._send(prepared, "acquire"))
 
     async def renew(self, prepared: PreparedMutation) -> Lease:
         """Sends a prepared renewal; repeat it after an ambiguous outcome."""
-        return _lease(await self._send(prepared, "renew"))
+        return Lease.from_answer(await self._send(prepared, "renew"))
 
     async def release(self, prepared: PreparedMutation) -> bool:
         return bool((await self._send(prepared, "release"))["results"][0]["released"])

@@ -29,15 +29,6 @@ def now_micros() -> int:
     return time.time_ns() // 1000
 
 
-def _lease(answer: dict[str, Any]) -> Lease:
-    result = answer["results"][0]
-    return Lease(
-        token=u64_from_wire(result["token"]),
-        ttl_ms=u64_from_wire(result["ttl_micros"]) // 1000,
-        position=u64_from_wire(answer["position"]),
-        expires_at_micros=u64_from_wire(result["expires_at_micros"]),
-    )
-
 
 class Kv:
     """Operations on one namespace."""
@@ -237,7 +228,7 @@ class Kv:
         # The acquisition runs as a task of its own, so that a caller who
         # stops waiting leaves the gate closed through the wait.
         task = asyncio.ensure_future(self._client.acquire_gated(operation, ttl_ms))
-        return _lease(await asyncio.shield(task))
+        return Lease.from_answer(await asyncio.shield(task))
 
     async def renew_lease(self, key: KeyLike, holder: str, token: int, ttl_ms: int) -> Lease:
         """Extends a held lease to `ttl_ms` from now, keeping its token;
@@ -253,7 +244,7 @@ class Kv:
             "token": str(token),
             "ttl_micros": str(ttl_ms * 1000),
         }
-        return _lease(await self._client.write([operation]))
+        return Lease.from_answer(await self._client.write([operation]))
 
     async def release(self, key: KeyLike, holder: str, token: int) -> bool:
         """Revokes a held lease; True when one was released."""

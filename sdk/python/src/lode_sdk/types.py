@@ -73,6 +73,17 @@ class Lease:
     position: int
     expires_at_micros: int
 
+    @classmethod
+    def from_answer(cls, answer: Any) -> Lease:
+        """The lease a grant's or renewal's write answered."""
+        result = answer["results"][0]
+        return cls(
+            token=u64_from_wire(result["token"]),
+            ttl_ms=u64_from_wire(result["ttl_micros"]) // 1000,
+            position=u64_from_wire(answer["position"]),
+            expires_at_micros=u64_from_wire(result["expires_at_micros"]),
+        )
+
 
 @dataclass(frozen=True)
 class LeaseInfo:
