@@ -18,7 +18,7 @@ use crate::protocol::{
 use crate::tls::{ClientTls, Transport};
 
 /// Keys per page when `session_keys` walks a session's writes.
-const SESSION_KEYS_PAGE: u32 = 1000;
+pub const SESSION_KEYS_PAGE: u32 = 1000;
 
 /// How long `cluster_status` waits for each member's own report.
 pub const STATUS_MEMBER_TIMEOUT: Duration = Duration::from_secs(1);

@@ -222,13 +222,24 @@ async fn require_token(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let mut request = request;
+    admit_caller(&gateway, request, next, IntoResponse::into_response).await
+}
+
+/// The port's one token check: the request goes on with its caller in its
+/// extensions, or is answered by `refuse` (each API spells a refusal its
+/// own way) before any body is read.
+async fn admit_caller(
+    gateway: &Gateway,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+    refuse: impl FnOnce(kv_connect::Refusal) -> axum::response::Response,
+) -> axum::response::Response {
     match gateway.callers.identify(request.headers()) {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
-        Err(refusal) => refusal.into_response(),
+        Err(refusal) => refuse(refusal),
     }
 }
 

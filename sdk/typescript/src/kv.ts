@@ -210,16 +210,9 @@ export class Kv {
    * has expired) before `AmbiguousMutationError`. */
   async lease(key: Uint8Array, holder: string, ttlMs: number): Promise<Lease> {
     limits.checkHolder(holder);
-    limits.checkMilliseconds("ttlMs", ttlMs);
-    limits.checkLeaseTtl(BigInt(ttlMs) * 1000n);
+    const ttlMicros = limits.leaseTtlMicros(ttlMs);
     await this.client.require("fenced_leases");
-    const operation = {
-      op: "acquire_lease",
-      namespace: this.resourceNamespace,
-      key: wireKey(key),
-      holder,
-      ttl_micros: (BigInt(ttlMs) * 1000n).toString(),
-    };
+    const operation = { op: "acquire_lease", namespace: this.resourceNamespace, key: wireKey(key), holder, ttl_micros: ttlMicros };
     return leaseFromWire(await this.client.acquireGated(operation, ttlMs));
   }
 
@@ -228,8 +221,7 @@ export class Kv {
   async renewLease(key: Uint8Array, holder: string, token: bigint, ttlMs: number): Promise<Lease> {
     limits.checkHolder(holder);
     limits.checkU64("token", token);
-    limits.checkMilliseconds("ttlMs", ttlMs);
-    limits.checkLeaseTtl(BigInt(ttlMs) * 1000n);
+    const ttlMicros = limits.leaseTtlMicros(ttlMs);
     await this.client.require("fenced_leases");
     const operation = {
       op: "renew_lease",
@@ -237,7 +229,7 @@ export class Kv {
       key: wireKey(key),
       holder,
       token: token.toString(),
-      ttl_micros: (BigInt(ttlMs) * 1000n).toString(),
+      ttl_micros: ttlMicros,
     };
     return leaseFromWire(await this.client.write([operation]));
   }

@@ -61,6 +61,14 @@ export function checkU64(field: string, value: bigint): void {
   if (value < 0n || value > U64_MAX) throw new InvalidError(`${field} is ${value}, outside the unsigned 64-bit range`);
 }
 
+/** A lease TTL given in milliseconds, checked, as the wire's micros. */
+export function leaseTtlMicros(ttlMs: number): string {
+  checkMilliseconds("ttlMs", ttlMs);
+  const micros = BigInt(ttlMs) * 1000n;
+  checkLeaseTtl(micros);
+  return micros.toString();
+}
+
 /** A whole number of milliseconds, refused otherwise. */
 export function checkMilliseconds(field: string, value: number): void {
   if (!Number.isSafeInteger(value) || value < 0) {

@@ -41,7 +41,7 @@ export class InMemoryStore implements StateStore {
   }
 }
 
-function isNotFound(error: unknown): boolean {
+function isMissingFile(error: unknown): boolean {
   return (error as { code?: unknown }).code === "ENOENT";
 }
 
@@ -74,7 +74,7 @@ export class FileStore implements StateStore {
       try {
         return new Uint8Array(await readFile(this.path(key)));
       } catch (error) {
-        if (isNotFound(error)) return undefined;
+        if (isMissingFile(error)) return undefined;
         throw error;
       }
     });
@@ -102,7 +102,7 @@ export class FileStore implements StateStore {
       try {
         await unlink(this.path(key));
       } catch (error) {
-        if (isNotFound(error)) return false;
+        if (isMissingFile(error)) return false;
         throw error;
       }
       await this.syncRoot();

@@ -42,7 +42,3 @@ export function optionalU64FromWire(value: unknown): bigint | undefined {
 export function newOpId(): string {
   return randomBytes(16).toString("hex");
 }
-
-export function utf8(text: string): Uint8Array {
-  return encoder.encode(text);
-}

@@ -124,16 +124,13 @@ pub(super) fn router(with_token: bool) -> Router<Arc<Gateway>> {
 /// (`unauthorized`, 401) rather than KV Connect's plain text.
 pub(super) async fn require_token(
     State(gateway): State<Arc<Gateway>>,
-    mut request: axum::extract::Request,
+    request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match gateway.callers.identify(request.headers()) {
-        Ok(caller) => {
-            request.extensions_mut().insert(caller);
-            next.run(request).await
-        }
-        Err(refusal) => errors::unauthorized(refusal.message()),
-    }
+    super::admit_caller(&gateway, request, next, |refusal| {
+        errors::unauthorized(refusal.message())
+    })
+    .await
 }
 
 fn answer(body: Value) -> Response {

@@ -9,9 +9,6 @@ use serde::{Deserialize, Serialize};
 use super::operations::SelectorJson;
 use super::wire::{encoding_name, WireBytes, WireU64};
 
-/// Session keys a page holds when `limit` is not given.
-const SESSION_KEYS_LIMIT_DEFAULT: u32 = 1000;
-
 /// One read, named by its `op` field (read through `wire::untag`).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -94,7 +91,7 @@ impl QueryJson {
             QueryJson::SessionKeys { session, after, limit } => Query::SessionKeys {
                 session,
                 after: after.map(|after| after.0),
-                limit: limit.unwrap_or(SESSION_KEYS_LIMIT_DEFAULT),
+                limit: limit.unwrap_or(lode_client::sdk::SESSION_KEYS_PAGE),
             },
             QueryJson::Lease { namespace, key } => Query::Lease { namespace, key: key.0 },
         })

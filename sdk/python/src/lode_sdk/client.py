@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from ._http import HttpCluster, Options
-from ._wire import from_wire_bytes, new_op_id, u64_from_wire
+from ._wire import from_wire_bytes, new_op_id
 from .errors import AmbiguousMutationError, AmbiguousMutationRecovery, InvalidError, UnsupportedError
 from .types import ChangeEvent, SessionLink
 
@@ -75,10 +75,6 @@ class Client:
 
     async def close(self) -> None:
         await self._cluster.close()
-
-    @property
-    def http(self) -> HttpCluster:
-        return self._cluster
 
     def _stream_prefix(self) -> str:
         return "" if self._default_stream is None else f"stream:{self._default_stream}/"
@@ -178,6 +174,3 @@ class Client:
         async for _, _, data in self._cluster.events(path, after):
             yield ChangeEvent.from_wire(json.loads(data))
 
-
-def position_from_wire(answer: dict[str, Any]) -> int:
-    return u64_from_wire(answer["position"])

@@ -216,14 +216,14 @@ class Kv:
         (so any grant made has expired) before `AmbiguousMutationError`, and
         the next acquisition waits too, even if this call was cancelled."""
         limits.check_holder(holder)
-        limits.check_lease_ttl(ttl_ms * 1000)
+        ttl_micros = limits.lease_ttl_micros(ttl_ms)
         await self._client.require("fenced_leases")
         operation = {
             "op": "acquire_lease",
             "namespace": self._resource_namespace,
             "key": self._key(key),
             "holder": holder,
-            "ttl_micros": str(ttl_ms * 1000),
+            "ttl_micros": ttl_micros,
         }
         # The acquisition runs as a task of its own, so that a caller who
         # stops waiting leaves the gate closed through the wait.
@@ -234,7 +234,7 @@ class Kv:
         """Extends a held lease to `ttl_ms` from now, keeping its token;
         `lease_lost` when it is no longer held with `token`."""
         limits.check_holder(holder)
-        limits.check_lease_ttl(ttl_ms * 1000)
+        ttl_micros = limits.lease_ttl_micros(ttl_ms)
         await self._client.require("fenced_leases")
         operation = {
             "op": "renew_lease",
@@ -242,7 +242,7 @@ class Kv:
             "key": self._key(key),
             "holder": holder,
             "token": str(token),
-            "ttl_micros": str(ttl_ms * 1000),
+            "ttl_micros": ttl_micros,
         }
         return Lease.from_answer(await self._client.write([operation]))
 

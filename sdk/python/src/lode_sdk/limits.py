@@ -56,6 +56,12 @@ def check_lease_ttl(ttl_micros: int) -> None:
         )
 
 
+def lease_ttl_micros(ttl_ms: int) -> str:
+    """A lease TTL given in milliseconds, checked, as the wire's micros."""
+    check_lease_ttl(ttl_ms * 1000)
+    return str(ttl_ms * 1000)
+
+
 def check_u64(field: str, value: int) -> None:
     if value < 0 or value >= 1 << 64:
         raise InvalidError(f"{field} is {value}, outside the unsigned 64-bit range")
