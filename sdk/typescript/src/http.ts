@@ -131,7 +131,8 @@ export class HttpCluster {
     const deadline = Date.now() + callTimeoutMs;
     let backoff = BACKOFF_INITIAL_MS;
     let uncertain: string | undefined;
-    let last: LodeError = new KvExecutionError("no member answered", { kind: "unavailable" });
+    // Made only when needed: an Error captures its stack when constructed.
+    let last: LodeError | undefined;
     for (;;) {
       const index = this.preferred;
       const remaining = Math.max(deadline - Date.now(), 1);
@@ -166,7 +167,7 @@ export class HttpCluster {
             { kind: "retrySameOperation", opId },
           );
         }
-        throw last;
+        throw last ?? new KvExecutionError("no member answered", { kind: "unavailable" });
       }
       await sleep(Math.min(backoff, Math.max(deadline - Date.now(), 0)));
       backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);

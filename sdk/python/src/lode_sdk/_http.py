@@ -7,6 +7,10 @@ next, with backoff (20 ms doubling to 500 ms) until the call's time is up.
 A mutation always carries its op id, so sending it again after a lost
 answer applies it at most once; if no attempt settles it, the call ends
 with `AmbiguousMutationError` and the op id to retry with.
+
+The transport is aiohttp: httpx's connection pool scans every connection
+for every request, so 64 concurrent calls through it were no faster than
+one.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import httpx
+import aiohttp
 
 from .errors import (
     AmbiguousMutationError,
@@ -34,6 +38,12 @@ BACKOFF_MAX_S = 0.5
 # A change stream that heard nothing (not even the server's keepalive,
 # every 15 s) for this long is dead.
 STREAM_SILENCE_S_MAX = 45.0
+# The longest line of a change stream: an event holds one key and two
+# values (`value_bytes_max`, 64 KiB), base64-encoded.
+STREAM_LINE_BYTES_MAX = 1 << 20
+# The longest answer read: a page of `get_many` or `scan` values is a few
+# MiB at most.
+ANSWER_BYTES_MAX = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,25 @@ class _Uncertain(Exception):
     """A transport failure after the request may have reached the member."""
 
 
+class _NotSent(Exception):
+    """A failure before the request could reach the member (its dial)."""
+
+
+async def _read_bounded(response: aiohttp.ClientResponse, url: str) -> bytes:
+    """The answer's body, refused past `ANSWER_BYTES_MAX`: a member's answers
+    are bounded, so a longer one is not a member's."""
+    if response.content_length is not None and response.content_length > ANSWER_BYTES_MAX:
+        raise _Uncertain(f"an answer of {response.content_length} bytes from {url} is over {ANSWER_BYTES_MAX}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > ANSWER_BYTES_MAX:
+            raise _Uncertain(f"an answer from {url} is over {ANSWER_BYTES_MAX} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class HttpCluster:
     def __init__(self, endpoints: list[str], token: Optional[str], options: Options) -> None:
         options.check()
@@ -73,7 +102,7 @@ class HttpCluster:
         self._token = token
         self.options = options
         self._preferred = 0
-        self._http: Optional[httpx.AsyncClient] = None
+        self._http: Optional[aiohttp.ClientSession] = None
         self._closed = False
 
     def _headers(self) -> dict[str, str]:
@@ -82,18 +111,21 @@ class HttpCluster:
             headers["authorization"] = f"Bearer {self._token}"
         return headers
 
-    def _client(self) -> httpx.AsyncClient:
+    def _client(self) -> aiohttp.ClientSession:
         if self._closed:
             raise InvalidError("the client is closed")
         if self._http is None:
-            self._http = httpx.AsyncClient(timeout=None)
+            # No cap on connections: calls in flight are the application's
+            # to bound, and a cap would queue them out of their timeouts.
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=10)
+            self._http = aiohttp.ClientSession(connector=connector, read_bufsize=STREAM_LINE_BYTES_MAX)
         return self._http
 
     async def reset(self) -> None:
         """Retires every connection; the next call dials afresh."""
         http, self._http = self._http, None
         if http is not None:
-            await http.aclose()
+            await http.close()
 
     async def close(self) -> None:
         await self.reset()
@@ -106,30 +138,34 @@ class HttpCluster:
     async def _attempt(self, method: str, path: str, body: Optional[bytes], timeout_s: float) -> Any:
         """One request to the preferred member: the answer's JSON, or the
         error it stands for. Raises `_Uncertain` when the request may have
-        arrived, `httpx.ConnectError` when it cannot have."""
+        arrived, `_NotSent` when it cannot have."""
         url = self._endpoints[self._preferred] + path
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
         try:
-            response = await asyncio.wait_for(
-                self._client().request(method, url, content=body, headers=self._headers()), timeout_s
-            )
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout):
-            raise
-        except (asyncio.TimeoutError, httpx.TransportError) as error:
+            async with self._client().request(
+                method, url, data=body, headers=self._headers(), timeout=timeout
+            ) as response:
+                status = response.status
+                raw = await _read_bounded(response, url)
+        except aiohttp.ClientConnectorError as error:
+            raise _NotSent(f"{type(error).__name__} dialing {url}") from error
+        except (asyncio.TimeoutError, aiohttp.ClientError) as error:
             raise _Uncertain(f"{type(error).__name__} at {url}") from error
         try:
-            answer = response.json()
+            answer = json.loads(raw)
         except ValueError:
             # Answers without JSON come from in front of the API (a proxy, or
             # the body limit): nothing was acted on except for a 5xx.
-            if response.status_code == 413:
+            if status == 413:
                 return InvalidError(f"the request body is over the member's limit (HTTP 413 at {url})")
-            if response.status_code in (401, 403):
-                kind = "unauthorized" if response.status_code == 401 else "forbidden"
-                return KvError(kind, f"{kind}: {response.text.strip()} (at {url})")
-            raise _Uncertain(f"HTTP {response.status_code} without JSON at {url}")
-        if response.status_code == 200:
+            if status in (401, 403):
+                kind = "unauthorized" if status == 401 else "forbidden"
+                text = raw.decode(errors="replace").strip()
+                return KvError(kind, f"{kind}: {text} (at {url})")
+            raise _Uncertain(f"HTTP {status} without JSON at {url}")
+        if status == 200:
             return answer
-        return error_from_wire(answer, response.status_code)
+        return error_from_wire(answer, status)
 
     async def call(self, method: str, path: str, body: Optional[dict[str, Any]], op_id: Optional[str]) -> Any:
         """The answer of one call, with retries; `op_id` marks a mutation."""
@@ -153,13 +189,13 @@ class HttpCluster:
             timeout_s = min(attempt_timeout_ms / 1000, remaining)
             try:
                 answer = await self._attempt(method, path, encoded, timeout_s)
-            except httpx.TransportError as error:
-                last = KvError("unavailable", f"{type(error).__name__} dialing {self._endpoints[index]}")
+            except _NotSent as error:
+                last = KvError("unavailable", str(error))
                 self._rotate(index)
             except _Uncertain as error:
+                # The connection that failed is not reused; the others are.
                 uncertain = str(error)
                 last = KvError("timeout" if op_id is None else "unavailable", str(error))
-                await self.reset()
                 self._rotate(index)
             else:
                 if not isinstance(answer, LodeError):
@@ -196,14 +232,18 @@ class HttpCluster:
             index = self._preferred
             url = self._endpoints[index] + path
             headers = dict(self._headers(), **{"last-event-id": last_id})
-            timeout = httpx.Timeout(self.options.attempt_timeout_ms / 1000, read=STREAM_SILENCE_S_MAX)
+            timeout = aiohttp.ClientTimeout(
+                total=None, connect=self.options.attempt_timeout_ms / 1000, sock_read=STREAM_SILENCE_S_MAX
+            )
             try:
-                async with self._client().stream("GET", url, headers=headers, timeout=timeout) as response:
-                    if response.status_code != 200:
-                        raise error_from_wire(json.loads(await response.aread()), response.status_code)
+                async with self._client().get(url, headers=headers, timeout=timeout) as response:
+                    if response.status != 200:
+                        raise error_from_wire(json.loads(await _read_bounded(response, url)), response.status)
                     failing_since, backoff = None, BACKOFF_INITIAL_S
                     event_id, event, data = "", "message", ""
-                    async for line in response.aiter_lines():
+                    # Lines over the session's read_bufsize raise ValueError.
+                    async for raw_line in response.content:
+                        line = raw_line.decode().rstrip("\r\n")
                         if line.startswith("id: "):
                             event_id = line[4:]
                         elif line.startswith("event: "):
@@ -216,7 +256,7 @@ class HttpCluster:
                             yield event_id, event, data
                             last_id = event_id or last_id
                             event_id, event, data = "", "message", ""
-            except (httpx.TransportError, ValueError) as error:
+            except (asyncio.TimeoutError, aiohttp.ClientError, _Uncertain, ValueError) as error:
                 now = time.monotonic()
                 failing_since = failing_since or now
                 if now - failing_since > self.options.call_timeout_ms / 1000:
