@@ -172,6 +172,35 @@ impl TestCluster {
         Self::start_in(directory, count, snapshot_logs_max, &[], false, Some(backup))
     }
 
+    /// Starts `count` members on copies of the data directories
+    /// `source/node-<id>` (kept as they are, so a test can start on data
+    /// written earlier), as restarts: no membership flags.
+    pub fn start_on_copies(source: &std::path::Path, count: u64, snapshot_logs_max: u64) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let directory = tempfile::tempdir().expect("temp dir");
+        let mut members = BTreeMap::new();
+        for id in 1..=count {
+            let mut member = Self::member(&directory, id);
+            let from = source.join(format!("node-{id}"));
+            run_checked(
+                "copy a data directory",
+                Command::new("cp").arg("-r").arg(&from).arg(&member.data_dir),
+            );
+            std::fs::set_permissions(&member.data_dir, std::fs::Permissions::from_mode(0o700))
+                .expect("data directory permissions");
+            member.process = Some(spawn_node(&member, &[], snapshot_logs_max));
+            members.insert(id, member);
+        }
+        Self {
+            directory,
+            members,
+            snapshot_logs_max,
+            founding_flags: Vec::new(),
+            common_flags: Vec::new(),
+            tls_dir: None,
+        }
+    }
+
     fn start_in(
         directory: tempfile::TempDir,
         count: u64,
