@@ -101,6 +101,19 @@ pub enum LodeError {
          before it takes part"
     )]
     NotAdmitted { member: u64 },
+    /// The write may grow the state and the leader's data volume has less
+    /// free space than its reserve. Nothing was proposed; deletes still
+    /// work, and writes are accepted again by themselves once space
+    /// returns (read every second).
+    #[error(
+        "disk full: member {member}'s data volume has {free_bytes} bytes free, under its reserve of \
+         {reserve_bytes} bytes (disk_free_bytes_min); free space or grow the volume, and writes resume"
+    )]
+    DiskFull {
+        member: u64,
+        free_bytes: u64,
+        reserve_bytes: u64,
+    },
 }
 
 impl std::fmt::Display for MutationRecovery {
@@ -165,7 +178,7 @@ impl LodeError {
         matches!(self, LodeError::Unauthorized)
     }
     pub fn is_quota_exceeded(&self) -> bool {
-        matches!(self, LodeError::QuotaExceeded { .. })
+        matches!(self, LodeError::QuotaExceeded { .. } | LodeError::DiskFull { .. })
     }
     pub fn is_compacted(&self) -> bool {
         matches!(self, LodeError::Compacted { .. })

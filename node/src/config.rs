@@ -89,6 +89,9 @@ pub struct NodeConfig {
     /// The state's size past which this member as leader refuses writes
     /// that grow it.
     pub storage_bytes_max: u64,
+    /// The free space on the data volume under which this member as
+    /// leader refuses writes that grow the state (`disk_full`).
+    pub disk_free_bytes_min: u64,
     /// How far behind the leader's log a learner may be and count as
     /// caught up.
     pub promote_lag_entries_max: u64,
@@ -139,6 +142,7 @@ impl NodeConfig {
             clock_offset_micros: 0,
             bootstrap_token: None,
             storage_bytes_max: crate::storage_quota::STORAGE_BYTES_MAX_DEFAULT,
+            disk_free_bytes_min: crate::storage_quota::DISK_FREE_BYTES_MIN_DEFAULT,
             promote_lag_entries_max: 1_000,
             promote_caught_up_ms: 3_000,
             force_new_cluster: false,

@@ -437,7 +437,7 @@ pub fn outcome<T>(result: &Result<T, LodeError>) -> &'static str {
         Err(LodeError::VersionConflict { .. } | LodeError::ChecksFailed { .. }) => "conflict",
         Err(LodeError::LeaseLost) => "lease_lost",
         Err(LodeError::Forbidden { .. } | LodeError::Unauthorized) => "refused",
-        Err(LodeError::QuotaExceeded { .. }) => "quota_exceeded",
+        Err(LodeError::QuotaExceeded { .. } | LodeError::DiskFull { .. }) => "quota_exceeded",
         Err(LodeError::NotLeader { .. }) => "not_leader",
         Err(LodeError::AmbiguousMutation { .. }) => "ambiguous",
         Err(LodeError::Timeout(_)) => "timeout",

@@ -188,6 +188,11 @@ impl Node {
         let quota = Arc::new(crate::storage_quota::StorageQuota::new(
             state_engine.clone(),
             config.storage_bytes_max,
+            crate::storage_quota::DiskReserve {
+                member: config.id,
+                data_dir: config.data_dir.clone(),
+                reserve_bytes: config.disk_free_bytes_min,
+            },
         ));
         settle_cluster_id(&config, &cluster).await?;
         let raft_config = Config {
@@ -312,6 +317,20 @@ impl Node {
     /// A read handle on this member's state machine.
     pub fn reader(&self) -> StateReader<SelectedEngine> {
         self.shared.reader.clone()
+    }
+
+    /// Waits until Raft stops by itself (a storage failure or a bug, never
+    /// a shutdown) and answers why.
+    pub async fn raft_stopped(&self) -> String {
+        let mut metrics = self.shared.raft.metrics();
+        loop {
+            if let Err(fatal) = &metrics.borrow_and_update().running_state {
+                return fatal.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "raft's metrics ended".to_owned();
+            }
+        }
     }
 
     /// As leader, hands the leadership to a caught-up voter (bounded by

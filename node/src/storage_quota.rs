@@ -17,7 +17,16 @@
 //! compaction allows (at least 5 s apart, and ten times as long as the
 //! last one took), so space reclaimed by deletes shows without anyone
 //! asking. Reads and writes never wait for it.
+//!
+//! The data volume has a reserve too (`--disk-free-bytes-min`): as leader
+//! a member refuses a write that may grow the state once the volume's free
+//! space, read every second, less three times the writes let through since
+//! (the log, the state's write-ahead log, a table file), is under it
+//! (`disk_full`). RocksDB then never meets a full disk on the write path,
+//! where a failed write stops Raft; the followers hold the same data. Like
+//! the quota, it needs no reset: writes resume once the space is back.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +37,14 @@ use lode_raft_store::SelectedEngine;
 
 /// The quota when none is given.
 pub const STORAGE_BYTES_MAX_DEFAULT: u64 = 8 << 30;
+/// The data volume's reserve when none is given: room for RocksDB's
+/// write-ahead logs (`WAL_BYTES_MAX` per instance, two instances) and the
+/// output of a compaction.
+pub const DISK_FREE_BYTES_MIN_DEFAULT: u64 = 256 << 20;
+const _: () = assert!(DISK_FREE_BYTES_MIN_DEFAULT >= 2 * lode_raft_store::engine::rocks::WAL_BYTES_MAX);
+/// What a write may take on the volume per byte of its operations before
+/// the next reading: the log entry, the state's write-ahead log, a table.
+const DISK_BYTES_PER_WRITE_BYTE: u64 = 3;
 /// How often the state's size is read.
 const USAGE_INTERVAL: Duration = Duration::from_secs(1);
 /// The share of the quota (percent) past which the member compacts.
@@ -35,10 +52,23 @@ const COMPACT_AT_PERCENT: u64 = 90;
 /// The shortest time between two compactions.
 const COMPACT_INTERVAL_MIN: Duration = Duration::from_secs(5);
 
+/// The free space a member keeps on its data volume.
+#[derive(Clone, Debug)]
+pub struct DiskReserve {
+    /// The member, named in refusals.
+    pub member: u64,
+    pub data_dir: PathBuf,
+    pub reserve_bytes: u64,
+}
+
 /// The quota and the state's size as last read.
 pub struct StorageQuota {
     engine: Arc<SelectedEngine>,
     quota_bytes: u64,
+    disk: DiskReserve,
+    /// The volume's free space as last read (`u64::MAX` before the first
+    /// reading, and for a member in memory).
+    free_bytes: AtomicU64,
     used_bytes: AtomicU64,
     /// Bytes of the writes let through since `used_bytes` was read.
     admitted_bytes: AtomicU64,
@@ -46,10 +76,12 @@ pub struct StorageQuota {
 }
 
 impl StorageQuota {
-    pub fn new(engine: Arc<SelectedEngine>, quota_bytes: u64) -> Self {
+    pub fn new(engine: Arc<SelectedEngine>, quota_bytes: u64, disk: DiskReserve) -> Self {
         Self {
             engine,
             quota_bytes,
+            disk,
+            free_bytes: AtomicU64::new(u64::MAX),
             used_bytes: AtomicU64::new(0),
             admitted_bytes: AtomicU64::new(0),
             compacting: Arc::new(AtomicBool::new(false)),
@@ -69,7 +101,8 @@ impl StorageQuota {
     }
 
     /// Refuses `operations` when one of them may grow the state and the
-    /// state plus the write would pass the quota.
+    /// state plus the write would pass the quota, or the volume's free
+    /// space is under its reserve.
     pub fn check(&self, operations: &[Operation]) -> Result<(), LodeError> {
         if !operations.iter().any(Operation::grows_state) {
             return Ok(());
@@ -80,6 +113,19 @@ impl StorageQuota {
             return Err(LodeError::QuotaExceeded {
                 quota_bytes: self.quota_bytes,
                 used_bytes,
+            });
+        }
+        let taken_bytes = self
+            .admitted_bytes
+            .load(Ordering::Relaxed)
+            .saturating_add(write_bytes)
+            .saturating_mul(DISK_BYTES_PER_WRITE_BYTE);
+        let free_bytes = self.free_bytes.load(Ordering::Relaxed).saturating_sub(taken_bytes);
+        if free_bytes < self.disk.reserve_bytes {
+            return Err(LodeError::DiskFull {
+                member: self.disk.member,
+                free_bytes,
+                reserve_bytes: self.disk.reserve_bytes,
             });
         }
         self.admitted_bytes.fetch_add(write_bytes, Ordering::Relaxed);
@@ -98,9 +144,11 @@ impl StorageQuota {
             tokio::time::sleep(USAGE_INTERVAL).await;
             let engine = self.engine.clone();
             let read = tokio::task::spawn_blocking(move || engine.as_rocks().map(|rocks| rocks.properties())).await;
+            let free = rustix::fs::statvfs(&self.disk.data_dir);
             match read {
                 Ok(Some(Ok(properties))) => {
                     self.used_bytes.store(properties.live_bytes, Ordering::Relaxed);
+                    self.store_free_bytes(free);
                     self.admitted_bytes.store(0, Ordering::Relaxed);
                 }
                 Ok(Some(Err(error))) => tracing::warn!(%error, "reading the state's size failed"),
@@ -110,6 +158,20 @@ impl StorageQuota {
             let due = *lock(&next_compaction) <= tokio::time::Instant::now();
             if near && due && !self.compacting.swap(true, Ordering::SeqCst) {
                 tokio::spawn(self.clone().compact(next_compaction.clone()));
+            }
+        }
+    }
+
+    /// Keeps the volume's free space as read; a volume that cannot be read
+    /// keeps the last reading (and is warned about).
+    fn store_free_bytes(&self, free: rustix::io::Result<rustix::fs::StatVfs>) {
+        match free {
+            Ok(volume) => {
+                let free_bytes = volume.f_bavail.saturating_mul(volume.f_frsize);
+                self.free_bytes.store(free_bytes, Ordering::Relaxed);
+            }
+            Err(error) => {
+                tracing::warn!(%error, data_dir = %self.disk.data_dir.display(), "reading the data volume's free space failed")
             }
         }
     }

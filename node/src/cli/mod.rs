@@ -151,6 +151,13 @@ pub struct NodeArguments {
     /// `512MiB` or bytes.
     #[arg(long, default_value = "8GiB", value_parser = parse_bytes)]
     pub storage_bytes_max: u64,
+    /// The free space on the data volume under which this member, as
+    /// leader, refuses writes that would grow the state (`disk full`)
+    /// before RocksDB runs out of room; deletes go on, and writes resume
+    /// by themselves once space returns. Room for RocksDB's write-ahead
+    /// logs and a compaction.
+    #[arg(long, default_value = "256MiB", value_parser = parse_bytes)]
+    pub disk_free_bytes_min: u64,
     /// Quorum-loss recovery, on one surviving voter: make it the only
     /// voter of a new cluster (new cluster id) with every entry it holds,
     /// then add fresh members back. Does nothing while a quorum of the
@@ -473,6 +480,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     config.change_log_events_max = arguments.change_log_events_max;
     config.change_log_bytes_max = arguments.change_log_bytes_max;
     config.storage_bytes_max = arguments.storage_bytes_max;
+    config.disk_free_bytes_min = arguments.disk_free_bytes_min;
     config.promote_lag_entries_max = arguments.promote_lag_entries_max;
     config.promote_caught_up_ms = milliseconds(arguments.promote_caught_up);
     config.force_new_cluster = arguments.force_new_cluster;
@@ -498,15 +506,33 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         }
         None => None,
     };
-    stop.wait().await;
-    tracing::info!("stop signal received; shutting down");
-    // Before the HTTP port closes, so its callers' writes move on too.
-    node.hand_off_leadership().await;
+    // Raft stops by itself only on a storage failure (a full disk, a
+    // failed fsync) or a bug. The member then exits rather than linger
+    // unable to serve: its supervisor restarts it, and a restart reads
+    // storage afresh, acknowledging nothing it had not made durable.
+    let fatal = tokio::select! {
+        biased;
+        () = stop.wait() => None,
+        fatal = node.raft_stopped() => Some(fatal),
+    };
+    match &fatal {
+        None => {
+            tracing::info!("stop signal received; shutting down");
+            // Before the HTTP port closes, so its callers' writes move on too.
+            node.hand_off_leadership().await;
+        }
+        Some(_) => tracing::info!("raft stopped; shutting down"),
+    }
     if let Some(http) = http {
         http.shutdown().await;
     }
     node.shutdown().await;
-    Ok(())
+    match fatal {
+        None => Ok(()),
+        Some(fatal) => Err(anyhow::anyhow!(
+            "raft stopped ({fatal}); this member exits so that its supervisor restarts it once the fault is fixed"
+        )),
+    }
 }
 
 fn milliseconds(duration: Duration) -> u64 {

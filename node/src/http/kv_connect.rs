@@ -144,7 +144,9 @@ pub(super) fn failure(error: LodeError) -> Response {
         LodeError::Unauthorized => text(StatusCode::UNAUTHORIZED, "unauthorized"),
         forbidden @ LodeError::Forbidden { .. } => text(StatusCode::FORBIDDEN, forbidden.to_string()),
         // Not a 5xx: Deno's client would retry it, and it is no transient.
-        quota @ LodeError::QuotaExceeded { .. } => text(StatusCode::BAD_REQUEST, quota.to_string()),
+        quota @ (LodeError::QuotaExceeded { .. } | LodeError::DiskFull { .. }) => {
+            text(StatusCode::BAD_REQUEST, quota.to_string())
+        }
         other => {
             tracing::debug!(error = %other, "KV Connect call failed; the client retries");
             text(StatusCode::SERVICE_UNAVAILABLE, format!("unavailable, retry: {other}"))

@@ -38,7 +38,7 @@ fn failure(error: LodeError) -> Response {
         LodeError::Forbidden { .. } => "forbidden",
         LodeError::Timeout(_) => "timeout",
         LodeError::AmbiguousMutation { .. } => "ambiguous_mutation",
-        LodeError::QuotaExceeded { .. } => "quota_exceeded",
+        LodeError::QuotaExceeded { .. } | LodeError::DiskFull { .. } => "quota_exceeded",
         _ => "unavailable",
     };
     let status = match code {

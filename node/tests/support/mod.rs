@@ -172,6 +172,17 @@ impl TestCluster {
         Self::start_in(directory, count, snapshot_logs_max, &[], false, Some(backup))
     }
 
+    /// Starts `count` founding members whose data directories
+    /// (`directory/node-<id>`) the test prepared, e.g. as mount points.
+    pub fn start_in_directory(
+        directory: tempfile::TempDir,
+        count: u64,
+        snapshot_logs_max: u64,
+        extra: &[&str],
+    ) -> Self {
+        Self::start_in(directory, count, snapshot_logs_max, extra, false, None)
+    }
+
     /// Starts `count` members on copies of the data directories
     /// `source/node-<id>` (kept as they are, so a test can start on data
     /// written earlier), as restarts: no membership flags.

@@ -61,6 +61,19 @@ fn describe(error: &LodeError) -> (&'static str, StatusCode, Value) {
             StatusCode::INSUFFICIENT_STORAGE,
             json!({ "quota_bytes": WireU64(*quota_bytes), "used_bytes": WireU64(*used_bytes) }),
         ),
+        LodeError::DiskFull {
+            member,
+            free_bytes,
+            reserve_bytes,
+        } => (
+            "quota_exceeded",
+            StatusCode::INSUFFICIENT_STORAGE,
+            json!({
+                "member": WireU64(*member),
+                "free_bytes": WireU64(*free_bytes),
+                "reserve_bytes": WireU64(*reserve_bytes),
+            }),
+        ),
         // The gateway follows leaders itself; one it could not reach in
         // time, like a member not yet admitted, is unavailable to a caller.
         LodeError::NotLeader { .. } | LodeError::Unavailable(_) | LodeError::NotAdmitted { .. } => {
