@@ -94,4 +94,12 @@ mod tests {
         let refused = apply(&Encoding::Json, b"{}", big.as_bytes()).expect_err("too big");
         assert!(refused.contains("value_bytes_max"), "{refused}");
     }
+
+    /// Found by fuzzing (`fuzz/corpus/merge_patches`): serde_json's default
+    /// float parser read this number one ulp off.
+    #[test]
+    fn numbers_are_stored_exactly_as_sent() {
+        let patched = apply(&Encoding::Json, b"0", b"[0,2.222222122222252e21]").expect("a patch");
+        assert_eq!(patched, b"[0,2.222222122222252e+21]");
+    }
 }

@@ -66,8 +66,7 @@ impl V8Number {
                 let length = usize::try_from(bitfield >> 1).map_err(|_| "a bigint too long".to_owned())?;
                 if length > 16 {
                     return Err(format!(
-                        "a bigint of {} bits; sums of bigints beyond 128 bits are not supported",
-                        length * 8
+                        "a bigint of {length} bytes; sums of bigints beyond 128 bits are not supported"
                     ));
                 }
                 let mut magnitude = [0u8; 16];
@@ -242,6 +241,10 @@ impl<'a> Reader<'a> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = self.byte()?;
+            // The tenth byte holds the 64th bit alone; more would be lost.
+            if shift == 63 && byte & 0x7E != 0 {
+                return Err("a V8 varint over 64 bits".to_owned());
+            }
             value |= u64::from(byte & 0x7F) << shift;
             if byte & 0x80 == 0 {
                 return Ok(value);
@@ -345,5 +348,22 @@ mod tests {
         ] {
             assert_eq!(V8Number::decode(&value.encode()), Ok(value), "{value:?}");
         }
+    }
+
+    /// Found by fuzzing (`fuzz/corpus/v8_numbers`): a bigint's huge length
+    /// overflowed the refusal's message, and a varint's tenth byte lost
+    /// bits.
+    #[test]
+    fn oversized_lengths_and_varints_are_refused() {
+        let huge_bigint = [
+            0xFF, 0x0F, b'Z', 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01,
+        ];
+        let refused = V8Number::decode(&huge_bigint).expect_err("a bigint of 2^60 bytes");
+        assert!(refused.contains("bigint"), "{refused}");
+        let long_varint = [
+            0xFF, 0x0F, b'U', 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F,
+        ];
+        let refused = V8Number::decode(&long_varint).expect_err("a varint over 64 bits");
+        assert!(refused.contains("64 bits"), "{refused}");
     }
 }
