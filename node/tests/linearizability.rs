@@ -11,18 +11,14 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use lode_sim_tests::checkers::{acknowledged_writes, applied_once, linearizability, phantom_values, versions};
-use lode_sim_tests::history::{self, Call, History, Outcome, SharedHistory};
-use lode_sim_tests::workload::{self, KvClientPlan, NAMESPACE};
-use lode_sim_tests::ReplicaState;
-use support::TestCluster;
+use lode_sim_tests::history::{History, Outcome, SharedHistory};
+use lode_sim_tests::workload::{self, KvClientPlan};
+use support::{verdict, TestCluster};
 
 /// How long clients start operations while members are killed and stopped.
 const WORKLOAD: Duration = Duration::from_secs(24);
 const CLIENTS: usize = 4;
 const KEYS: usize = 3;
-/// The history's client number of the final checks.
-const VERIFIER: usize = 1000;
 
 #[tokio::test(flavor = "current_thread")]
 async fn kills_restarts_and_stops_of_real_members_keep_the_history_linearizable() {
@@ -78,52 +74,10 @@ async fn kills_restarts_and_stops_of_real_members_keep_the_history_linearizable(
     eprintln!("faults: {faults:?}");
     assert!(faults.len() >= 6, "the fault loop ran too little: {faults:?}");
 
-    // Every member back and agreeing; then a last write and final reads.
-    cluster.wait_for_leader().await;
-    let client = cluster.client();
-    let kv = client.kv(NAMESPACE);
-    let slot = history::invoke(
-        &history,
-        VERIFIER,
-        Call::Set {
-            key: "final".to_owned(),
-            value: "final.1".to_owned(),
-        },
-    );
-    let last = kv
-        .set("final")
-        .bytes("final.1")
-        .send()
-        .await
-        .expect("a write after the faults");
-    history::complete(&history, slot, Outcome::Written { version: last });
-    for key in (0..KEYS).map(|index| format!("k{index}")) {
-        let slot = history::invoke(&history, VERIFIER, Call::Get { key: key.clone() });
-        let entry = kv.get_entry(&key).await.expect("final read");
-        let read = entry.map(|entry| (String::from_utf8_lossy(&entry.value).into_owned(), entry.version));
-        history::complete(&history, slot, Outcome::Read(read));
-    }
-
-    // The cluster's change log, through the last write.
-    let mut changes = client.changes((0, 0));
-    let mut events = Vec::new();
-    while changes.position().0 < last {
-        events.extend(changes.next_batch().await.expect("change log"));
-    }
-    let replica = ReplicaState {
-        id: 0,
-        applied_index: last,
-        digest: 0,
-        changes: events,
-        changes_trimmed: false,
-    };
-
-    let history = history.borrow().clone();
-    let acknowledged = history
-        .operations
-        .iter()
-        .filter(|operation| matches!(operation.outcome, Outcome::Written { .. } | Outcome::Deleted { .. }))
-        .count();
+    // Every member back and agreeing; then a last write, final reads and
+    // the checkers' verdicts.
+    let history = verdict::judge(&cluster, &history, KEYS).await;
+    let acknowledged = verdict::acknowledged(&history);
     let unknown = history
         .operations
         .iter()
@@ -137,15 +91,5 @@ async fn kills_restarts_and_stops_of_real_members_keep_the_history_linearizable(
         acknowledged >= 50,
         "too few writes were acknowledged to judge: {acknowledged}"
     );
-    let replicas = [replica];
-    for (checker, result) in [
-        ("linearizability", linearizability::check(&history)),
-        ("acknowledged_writes", acknowledged_writes::check(&history, &replicas)),
-        ("phantom_values", phantom_values::check(&history, &replicas)),
-        ("versions", versions::check(&history, &replicas)),
-        ("applied_once", applied_once::check(&replicas)),
-    ] {
-        assert_eq!(result, Ok(()), "{checker}");
-    }
     cluster.assert_no_errors_except(&["Unreachable node", "NetworkError", "Timeout", "timeout"]);
 }

@@ -18,17 +18,13 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use lode_sim_tests::checkers::{acknowledged_writes, applied_once, fencing, linearizability, phantom_values, versions};
-use lode_sim_tests::history::{self, Call, History, Outcome, SharedHistory};
-use lode_sim_tests::workload::{self, KvClientPlan, LockClientPlan, NAMESPACE};
-use lode_sim_tests::ReplicaState;
-use support::{run_checked, Member, TestCluster};
+use lode_sim_tests::history::{History, SharedHistory};
+use lode_sim_tests::workload::{self, KvClientPlan, LockClientPlan};
+use support::{run_checked, verdict, Member, TestCluster};
 
 const CLIENT_PORT: u16 = 7100;
 const PEER_PORT: u16 = 7200;
 const KEYS: usize = 3;
-/// The history's client number of the final checks.
-const VERIFIER: usize = 1000;
 
 /// The members' namespaces, their links and the bridge between them.
 struct Network {
@@ -338,48 +334,10 @@ async fn judge_under_faults(count: u64, faults: &[PlannedFault], hold: Duration)
     cluster.assert_no_errors_except(&["Unreachable node", "NetworkError", "Timeout", "timeout"]);
 }
 
-/// A last write and final reads through a healed cluster, then every
-/// checker over the history and the change log.
+/// Every checker over the history, and enough of it to judge.
 async fn check_history(cluster: &TestCluster, history: &SharedHistory) {
-    cluster.wait_for_leader().await;
-    let client = cluster.client();
-    let kv = client.kv(NAMESPACE);
-    let final_write = Call::Set {
-        key: "final".to_owned(),
-        value: "final.1".to_owned(),
-    };
-    let slot = history::invoke(history, VERIFIER, final_write);
-    let last = kv
-        .set("final")
-        .bytes("final.1")
-        .send()
-        .await
-        .expect("a write after the faults");
-    history::complete(history, slot, Outcome::Written { version: last });
-    for key in (0..KEYS).map(|index| format!("k{index}")) {
-        let slot = history::invoke(history, VERIFIER, Call::Get { key: key.clone() });
-        let entry = kv.get_entry(&key).await.expect("final read");
-        let read = entry.map(|entry| (String::from_utf8_lossy(&entry.value).into_owned(), entry.version));
-        history::complete(history, slot, Outcome::Read(read));
-    }
-    let mut changes = client.changes((0, 0));
-    let mut events = Vec::new();
-    while changes.position().0 < last {
-        events.extend(changes.next_batch().await.expect("change log"));
-    }
-    let replicas = [ReplicaState {
-        id: 0,
-        applied_index: last,
-        digest: 0,
-        changes: events,
-        changes_trimmed: false,
-    }];
-    let history = history.borrow().clone();
-    let acknowledged = history
-        .operations
-        .iter()
-        .filter(|operation| matches!(operation.outcome, Outcome::Written { .. } | Outcome::Deleted { .. }))
-        .count();
+    let history = verdict::judge(cluster, history, KEYS).await;
+    let acknowledged = verdict::acknowledged(&history);
     eprintln!(
         "{} operations, {acknowledged} acknowledged writes, {} lease grants",
         history.operations.len(),
@@ -393,29 +351,22 @@ async fn check_history(cluster: &TestCluster, history: &SharedHistory) {
         history.grants.len() >= 2,
         "too few leases were granted to judge fencing"
     );
-    for (checker, result) in [
-        ("linearizability", linearizability::check(&history)),
-        ("acknowledged_writes", acknowledged_writes::check(&history, &replicas)),
-        ("phantom_values", phantom_values::check(&history, &replicas)),
-        ("versions", versions::check(&history, &replicas)),
-        ("applied_once", applied_once::check(&replicas)),
-        ("fencing", fencing::check(&history, &replicas)),
-    ] {
-        assert_eq!(result, Ok(()), "{checker}");
-    }
+}
+
+/// The leader cut off from every other member, who elect one of their own.
+fn isolate_leader(leader: u64, others: &[u64]) -> Fault {
+    let group = others.to_vec();
+    let name = format!("isolate the leader {leader} from {group:?}");
+    electing(
+        others.to_vec(),
+        fault(name, move |network| network.partition(&[&[leader], &group])),
+    )
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn three_members_partitioned_in_network_namespaces_keep_the_history_linearizable() {
     let faults: [PlannedFault; 4] = [
-        |leader, others| {
-            let group = others.to_vec();
-            let name = format!("isolate the leader {leader} from {group:?}");
-            electing(
-                others.to_vec(),
-                fault(name, move |network| network.partition(&[&[leader], &group])),
-            )
-        },
+        isolate_leader,
         |leader, others| {
             let (cut, kept) = (others[0], others[1]);
             fault(format!("cut follower {cut} off"), move |network| {
@@ -469,14 +420,7 @@ async fn five_members_under_splits_bridges_and_flapping_links_keep_the_history_l
             let name = format!("the leader {leader}'s links flap every 300 ms");
             flapping(name, move |network| network.partition(&[&[leader], &group]))
         },
-        |leader, others| {
-            let group = others.to_vec();
-            let name = format!("isolate the leader {leader} from {group:?}");
-            electing(
-                others.to_vec(),
-                fault(name, move |network| network.partition(&[&[leader], &group])),
-            )
-        },
+        isolate_leader,
     ];
     judge_under_faults(5, &faults, Duration::from_secs(3)).await;
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use lode_client::{Client, ClientOptions};
 
 pub mod kubernetes;
+pub mod verdict;
 
 pub const WAIT_MAX: Duration = Duration::from_secs(60);
 
