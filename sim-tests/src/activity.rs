@@ -30,10 +30,15 @@ pub struct Activity {
 
 /// The host name of client number `client` (see `simulation.rs`).
 pub fn actor_name(client: usize) -> String {
-    use crate::simulation::{OPERATOR, QUEUE_CONSUMER_FIRST, QUEUE_PRODUCER_FIRST, VERIFIER, WATCHER_FIRST};
+    use crate::simulation::{
+        BULK_WRITER, GRANTOR, OPERATOR, QUEUE_CONSUMER_FIRST, QUEUE_PRODUCER_FIRST, TENANT, VERIFIER, WATCHER_FIRST,
+    };
     match client {
         VERIFIER => "verifier".to_owned(),
         OPERATOR => "operator".to_owned(),
+        GRANTOR => "grantor".to_owned(),
+        TENANT => "tenant".to_owned(),
+        BULK_WRITER => "bulk".to_owned(),
         number if number >= QUEUE_CONSUMER_FIRST => format!("q{}", number - QUEUE_CONSUMER_FIRST),
         number if number >= QUEUE_PRODUCER_FIRST => format!("p{}", number - QUEUE_PRODUCER_FIRST),
         number if number >= WATCHER_FIRST => format!("w{}", number - WATCHER_FIRST),

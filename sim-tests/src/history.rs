@@ -155,6 +155,8 @@ pub struct History {
     pub tenant_writes: Vec<TenantWrite>,
     /// Queue events in the order they happened.
     pub queue: Vec<QueueEvent>,
+    /// The bulk writer's writes (storage runs only), in order.
+    pub bulk_writes: Vec<crate::bulk_workload::BulkWrite>,
     /// What each actor last did: diagnostics for a run that does not
     /// settle, read by no checker.
     pub activity: crate::activity::Activity,

@@ -15,6 +15,7 @@
 
 pub mod activity;
 pub mod auth_workload;
+pub mod bulk_workload;
 pub mod checkers;
 pub mod environment;
 pub mod history;

@@ -26,14 +26,20 @@ pub enum FaultMix {
     /// Members added and removed under load, with a crash or partition in
     /// between.
     Membership,
+    /// A volume that fills (on a follower or the leader: its member stops
+    /// and is restarted once space returns), a lost disk and a long crash,
+    /// while a bulk writer grows the state to several MiB, so that catching
+    /// up means installing a large snapshot.
+    Storage,
 }
 
 impl FaultMix {
-    pub const ALL: [FaultMix; 4] = [
+    pub const ALL: [FaultMix; 5] = [
         FaultMix::Partitions,
         FaultMix::Crashes,
         FaultMix::Network,
         FaultMix::Membership,
+        FaultMix::Storage,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +48,7 @@ impl FaultMix {
             FaultMix::Crashes => "crashes",
             FaultMix::Network => "network",
             FaultMix::Membership => "membership",
+            FaultMix::Storage => "storage",
         }
     }
 }
@@ -56,10 +63,9 @@ impl FromStr for FaultMix {
     type Err = String;
 
     fn from_str(name: &str) -> Result<Self, String> {
-        FaultMix::ALL
-            .into_iter()
-            .find(|mix| mix.name() == name)
-            .ok_or_else(|| format!("unknown fault mix {name:?}; one of partitions, crashes, network, membership"))
+        FaultMix::ALL.into_iter().find(|mix| mix.name() == name).ok_or_else(|| {
+            format!("unknown fault mix {name:?}; one of partitions, crashes, network, membership, storage")
+        })
     }
 }
 
@@ -116,6 +122,16 @@ pub enum Fault {
     RemoveMember {
         id: u64,
     },
+    /// Fills the member's volume: its writes fail, its Raft stops on the
+    /// first one, and it exits (the driver stops it) as `lode node` does.
+    DiskFull {
+        id: u64,
+    },
+    /// Fills the current leader's volume the same way.
+    DiskFullLeader,
+    /// Gives every full volume its space back and restarts the members that
+    /// exited, as their supervisor would.
+    DiskFreed,
 }
 
 /// The parameters of one run.
@@ -264,6 +280,19 @@ impl Scenario {
                         (Fault::Hold { a: pair[0], b: pair[1] }, Fault::ReleaseHeld)
                     }
                 },
+                FaultMix::Storage => {
+                    let id = *founders.choose(random).unwrap_or(&1);
+                    match random.gen_range(0..4) {
+                        0 => (Fault::DiskFull { id }, Fault::DiskFreed),
+                        1 => (Fault::DiskFullLeader, Fault::DiskFreed),
+                        // One lost disk a run, as in the membership mix.
+                        2 if !wiped => {
+                            wiped = true;
+                            (Fault::Wipe { id }, Fault::RestartAll)
+                        }
+                        _ => (Fault::Crash { members: vec![id] }, Fault::RestartAll),
+                    }
+                }
                 FaultMix::Membership => {
                     let spare = self.spare.unwrap_or(self.members + 1);
                     match (added, removed) {

@@ -20,11 +20,12 @@ use lode_types::ChangeEvent;
 use openraft::{Raft, ServerState};
 
 use crate::auth_workload::{self, AuthPlan};
+use crate::bulk_workload;
 use crate::checkers;
 use crate::environment;
 use crate::history::{self, Call, History, Known, Outcome, QueueEvent, SharedHistory};
 use crate::queue_workload::{self, QueuePlan};
-use crate::scenario::{Fault, Scenario, LIVENESS_BOUND};
+use crate::scenario::{Fault, FaultMix, Scenario, LIVENESS_BOUND};
 use crate::step_trace::StepTrace;
 use crate::trace::Fnv;
 use crate::workload::{self, KvClientPlan, LockClientPlan, NAMESPACE};
@@ -41,6 +42,8 @@ pub const OPERATOR: usize = 1001;
 /// role) and the tenant.
 pub const GRANTOR: usize = 1002;
 pub const TENANT: usize = 1003;
+/// The client number of the bulk writer (storage runs only).
+pub const BULK_WRITER: usize = 1004;
 /// Lock clients are clients from this number on.
 pub const LOCK_CLIENT_FIRST: usize = 100;
 /// Watchers are clients `WATCHER_FIRST + member id`.
@@ -122,6 +125,9 @@ struct Member {
     log: MemoryEngine,
     state: MemoryEngine,
     running: Rc<RefCell<Option<Running>>>,
+    /// Set when the member's Raft stopped by itself (a storage error): the
+    /// process would exit, so the driver stops it.
+    exited: Rc<Cell<bool>>,
 }
 
 fn host(id: u64) -> String {
@@ -187,6 +193,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
                 log: MemoryEngine::new(),
                 state: MemoryEngine::new(),
                 running: Rc::new(RefCell::new(None)),
+                exited: Rc::new(Cell::new(false)),
             })
         })
         .collect();
@@ -218,24 +225,36 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
             .copied()
             .unwrap_or(0)
             * 1000;
-        let running = member.running.clone();
+        let (running, exited) = (member.running.clone(), member.exited.clone());
         sim.host(host(member.id), move || {
             let config = config.clone();
-            let running = running.clone();
+            let (running, exited) = (running.clone(), exited.clone());
             async move {
                 let listeners = Listeners {
                     client: facade::bind(&format!("0.0.0.0:{PORT}")).await?,
                     peer: facade::bind(&format!("0.0.0.0:{PEER_PORT}")).await?,
                 };
-                let node = Node::start(config, listeners)
-                    .await
-                    .map_err(|error| error.to_string())?;
+                let node = match Node::start(config, listeners).await {
+                    Ok(node) => node,
+                    // As `lode node` would: the process exits, and the
+                    // driver stops the host until the next restart (a
+                    // member that never starts again fails convergence).
+                    Err(error) => {
+                        tracing::info!(%error, "the member could not start; it exits");
+                        exited.set(true);
+                        return std::future::pending::<turmoil::Result>().await;
+                    }
+                };
                 *running.borrow_mut() = Some(Running {
                     raft: node.raft().clone(),
                     reader: node.reader(),
                 });
-                // The node lives until the host crashes (the runtime drops it).
-                let _serving = node;
+                // The node lives until the host crashes (the runtime drops
+                // it), or until its Raft stops by itself, when `lode node`
+                // would exit: the driver then stops the host.
+                let cause = node.raft_stopped().await;
+                tracing::info!(%cause, "raft stopped; the member exits");
+                exited.set(true);
                 std::future::pending::<turmoil::Result>().await
             }
         });
@@ -320,6 +339,17 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         }
     }
 
+    if scenario.mix == FaultMix::Storage {
+        let (endpoints, history) = (endpoints.clone(), history.clone());
+        let (seed, until) = (scenario.seed, scenario.workload);
+        history.borrow_mut().activity.register(BULK_WRITER);
+        sim.client("bulk", async move {
+            bulk_workload::run_bulk_writer(BULK_WRITER, seed, until, endpoints, history.clone()).await;
+            history::finished(&history, BULK_WRITER);
+            Ok(())
+        });
+    }
+
     {
         let plan = AuthPlan {
             grantor: GRANTOR,
@@ -358,6 +388,9 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         host_names.extend([format!("p{index}"), format!("q{index}")]);
     }
     host_names.extend(["grantor", "tenant", "operator", "verifier"].map(str::to_owned));
+    if scenario.mix == FaultMix::Storage {
+        host_names.push("bulk".to_owned());
+    }
     let verification = Rc::new(RefCell::new(Verification::default()));
     {
         let context = VerifierContext {
@@ -365,6 +398,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
             history: history.clone(),
             members: members.clone(),
             keys: scenario.keys,
+            seed: scenario.seed,
             healed_at: scenario.workload,
             verification: verification.clone(),
         };
@@ -373,6 +407,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
 
     let mut faults: VecDeque<(Duration, Fault)> = scenario.faults.iter().cloned().collect();
     for heal in [
+        Fault::DiskFreed,
         Fault::HealNetwork,
         Fault::ReleaseHeld,
         Fault::LinkFailures { per_mille: 0 },
@@ -408,6 +443,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         if let Some(steps) = steps.as_deref_mut() {
             steps.record(&sim, &history.borrow());
         }
+        driver.stop_exited(&mut sim);
         let now = sim.elapsed();
         while faults.front().is_some_and(|(at, _)| *at <= now) {
             if let Some((at, fault)) = faults.pop_front() {
@@ -445,6 +481,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
     digest.write_debug(&history.queue);
     digest.write_debug(&history.role_changes);
     digest.write_debug(&history.tenant_writes);
+    digest.write_debug(&history.bulk_writes);
     digest.write_debug(&driver.applied);
     for replica in &verification.replicas {
         digest.write_debug(&(replica.id, replica.applied_index, replica.digest));
@@ -522,9 +559,33 @@ impl Driver {
         }
         self.restore_partitions(sim);
         if let Some(member) = self.members.iter().find(|member| member.id == id) {
+            member.exited.set(false);
             *member.running.borrow_mut() = None;
             member.log.crash();
             member.state.crash();
+        }
+    }
+
+    /// Stops every member whose Raft stopped by itself, as its process
+    /// would have exited; it stays down until the next restart.
+    fn stop_exited(&mut self, sim: &mut turmoil::Sim<'_>) {
+        let exited: Vec<u64> = self
+            .members
+            .iter()
+            .filter(|member| member.exited.get())
+            .map(|member| member.id)
+            .collect();
+        for id in exited {
+            self.crash(sim, id);
+            self.applied
+                .push(format!("{:>6} ms member {id} exited", sim.elapsed().as_millis()));
+        }
+    }
+
+    fn fill_volume(&self, id: u64) {
+        if let Some(member) = self.members.iter().find(|member| member.id == id) {
+            member.log.set_full(true);
+            member.state.set_full(true);
         }
     }
 
@@ -593,6 +654,21 @@ impl Driver {
                 }
             }
             Fault::AddMember { .. } | Fault::RemoveMember { .. } => self.operator.borrow_mut().push_back(fault),
+            Fault::DiskFull { id } => self.fill_volume(id),
+            Fault::DiskFullLeader => {
+                if let Some(leader) = self.leader() {
+                    self.fill_volume(leader);
+                }
+            }
+            Fault::DiskFreed => {
+                for member in &self.members {
+                    member.log.set_full(false);
+                    member.state.set_full(false);
+                }
+                for id in std::mem::take(&mut self.crashed) {
+                    sim.bounce(host(id));
+                }
+            }
         }
         self.applied.push(description);
     }
@@ -644,6 +720,7 @@ struct VerifierContext {
     history: SharedHistory,
     members: Vec<Rc<Member>>,
     keys: usize,
+    seed: u64,
     healed_at: Duration,
     verification: Rc<RefCell<Verification>>,
 }
@@ -751,6 +828,19 @@ async fn verify_steps(context: &VerifierContext) -> turmoil::Result {
             }
         };
         history::complete(&context.history, slot, outcome);
+    }
+    let bulk_writes = context.history.borrow().bulk_writes.clone();
+    history::calling(&context.history, VERIFIER, "reading the bulk values back");
+    match bulk_workload::check_bulk_values(&client, context.seed, &bulk_writes).await {
+        Ok(problems) => {
+            for problem in problems {
+                context.problem("acknowledged_writes", problem);
+            }
+        }
+        Err(problem) => {
+            context.problem("liveness", problem);
+            return Ok(());
+        }
     }
     history::calling(&context.history, VERIFIER, "reading the final queue state");
     if let Err(problem) = final_queue_state(&client, &context.history).await {

@@ -89,6 +89,11 @@ fn membership() {
     run_mix(FaultMix::Membership);
 }
 
+#[test]
+fn storage() {
+    run_mix(FaultMix::Storage);
+}
+
 /// Replays `LODE_SIM_SEED` under `LODE_SIM_MIX` (default: seed 0, crashes)
 /// and prints its history and faults.
 #[test]

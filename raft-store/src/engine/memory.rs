@@ -25,6 +25,8 @@ struct State {
     unsynced: Vec<WriteBatch>,
     /// The current snapshot: its record and image.
     snapshot: Option<(Vec<u8>, Vec<u8>)>,
+    /// A full volume: every write fails, reads still work.
+    full: bool,
 }
 
 /// Cloning shares the same storage, the way two opens of one directory would.
@@ -67,6 +69,23 @@ impl MemoryEngine {
         let mut state = self.lock();
         state.current = state.durable.clone();
         state.unsynced.clear();
+    }
+
+    /// Simulates the volume filling (`true`) or getting space back: while
+    /// full, every write fails the way RocksDB's does on ENOSPC, and
+    /// changes nothing.
+    pub fn set_full(&self, full: bool) {
+        self.lock().full = full;
+    }
+
+    fn refuse_when_full(state: &State) -> Result<(), EngineError> {
+        if state.full {
+            return Err(EngineError::io(
+                "writing to a full volume",
+                std::io::Error::new(std::io::ErrorKind::StorageFull, "No space left on device"),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -178,6 +197,7 @@ impl Engine for MemoryEngine {
 
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), EngineError> {
         let mut state = self.lock();
+        Self::refuse_when_full(&state)?;
         apply(&mut state.current, &batch);
         state.unsynced.push(batch);
         if durability == Durability::Synced {
@@ -223,6 +243,7 @@ impl Engine for MemoryEngine {
 
     fn finish_restore(&self, image: Image) -> Result<(), EngineError> {
         let mut state = self.lock();
+        Self::refuse_when_full(&state)?;
         state.current = image.spaces.clone();
         state.durable = image.spaces;
         state.unsynced.clear();
@@ -233,7 +254,9 @@ impl Engine for MemoryEngine {
         let bytes = image
             .bytes()
             .ok_or_else(|| EngineError::corrupt("memory image", "a file, not bytes"))?;
-        self.lock().snapshot = Some((record.to_vec(), bytes.to_vec()));
+        let mut state = self.lock();
+        Self::refuse_when_full(&state)?;
+        state.snapshot = Some((record.to_vec(), bytes.to_vec()));
         Ok(())
     }
 
@@ -272,6 +295,28 @@ mod tests {
         assert_eq!(engine.get(Space::Entries, b"a")?, Some(b"1".to_vec()));
         assert_eq!(engine.get(Space::Entries, b"b")?, Some(b"2".to_vec()));
         assert_eq!(engine.get(Space::Entries, b"c")?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_full_volume_refuses_writes_and_keeps_what_it_had() -> Result<(), EngineError> {
+        let engine = MemoryEngine::new();
+        let mut first = WriteBatch::default();
+        first.put(Space::Entries, b"a".to_vec(), b"1".to_vec());
+        engine.write(first, Durability::Synced)?;
+        engine.set_full(true);
+        let mut second = WriteBatch::default();
+        second.put(Space::Entries, b"b".to_vec(), b"2".to_vec());
+        let refused = engine.write(second.clone(), Durability::Synced);
+        assert!(
+            matches!(&refused, Err(error) if error.to_string().contains("No space left on device")),
+            "{refused:?}"
+        );
+        assert_eq!(engine.get(Space::Entries, b"a")?, Some(b"1".to_vec()));
+        assert_eq!(engine.get(Space::Entries, b"b")?, None);
+        engine.set_full(false);
+        engine.write(second, Durability::Synced)?;
+        assert_eq!(engine.get(Space::Entries, b"b")?, Some(b"2".to_vec()));
         Ok(())
     }
 }
