@@ -6,6 +6,7 @@
 //! write batches with a sync flag, and whole-engine images for snapshots
 //! (files for RocksDB, streamed; bytes for the in-memory engine).
 
+mod damage;
 mod image_archive;
 pub use image_archive::Packed;
 pub mod memory;

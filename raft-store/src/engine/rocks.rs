@@ -20,7 +20,9 @@ use std::sync::{RwLock, RwLockReadGuard};
 use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 
-use super::{collect_range, image_archive, Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch, WriteOp};
+use super::{
+    collect_range, damage, image_archive, Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch, WriteOp,
+};
 use crate::error::{decode, encode, EngineError};
 use crate::snapshot::SnapshotImage;
 
@@ -128,6 +130,13 @@ fn options() -> Options {
     options.set_keep_log_file_num(4);
     options.set_db_write_buffer_size(MEMTABLE_BYTES_MAX);
     options.set_max_total_wal_size(WAL_BYTES_MAX);
+    // Every file's size is checked against the manifest at open, and a
+    // write-ahead log record that fails its checksum fails the open, unless
+    // it is a torn last record (a crash during an unsynced write). RocksDB's
+    // default (point in time) would instead drop that record and every
+    // later one, synced or not, and open as if they never were.
+    options.set_paranoid_checks(true);
+    options.set_wal_recovery_mode(rocksdb::DBRecoveryMode::TolerateCorruptedTailRecords);
     options
 }
 
@@ -167,7 +176,9 @@ fn open_database(path: &Path) -> Result<DB, EngineError> {
     let families = Space::ALL
         .iter()
         .map(|space| ColumnFamilyDescriptor::new(space.name(), family_options(*space, &cache)));
-    Ok(DB::open_cf_descriptors(&options(), path, families)?)
+    let db = DB::open_cf_descriptors(&options(), path, families).map_err(|error| damage::open_error(path, error))?;
+    damage::verify_tables(&db).map_err(|error| damage::open_error(path, error))?;
+    Ok(db)
 }
 
 /// Fsyncs a directory so that renames and creations inside it are durable.
