@@ -4,12 +4,18 @@
 //! full disk, loses nothing, and takes writes again by itself once it
 //! grows; and a member whose storage fails anyway (no reserve) stops and
 //! exits, acknowledging nothing after the failure, and serves everything
-//! it acknowledged once restarted with room.
+//! it acknowledged once restarted with room. On a FUSE file system whose
+//! fsync fails on command (`support/faulty_fs.py`), a leader whose fsync
+//! fails stops and exits: it acknowledges nothing after the failure, the
+//! others go on, and it comes back with everything once the disk heals.
 
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use lode_client::Client;
 use support::{run_checked, wait_until, TestCluster};
@@ -57,6 +63,78 @@ impl Drop for Volumes {
     fn drop(&mut self) {
         for path in &self.mounts {
             let _ = Command::new("umount").arg("-l").arg(path).status();
+        }
+    }
+}
+
+/// Members' data directories served by `support/faulty_fs.py` from
+/// backing directories beside them, each with a control file that makes
+/// its fsyncs fail; unmounted and stopped when dropped.
+struct FaultyVolumes {
+    mounts: Vec<PathBuf>,
+    controls: Vec<PathBuf>,
+    servers: Vec<Child>,
+}
+
+impl FaultyVolumes {
+    fn mount(directory: &Path, count: u64) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/faulty_fs.py");
+        let mut volumes = FaultyVolumes {
+            mounts: Vec::new(),
+            controls: Vec::new(),
+            servers: Vec::new(),
+        };
+        for id in 1..=count {
+            let backing = directory.join(format!("backing-{id}"));
+            let mount = directory.join(format!("node-{id}"));
+            for path in [&backing, &mount] {
+                std::fs::create_dir_all(path).expect("a volume's directory");
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).expect("0700");
+            }
+            let control = directory.join(format!("fail-fsync-{id}"));
+            let server = Command::new("/usr/bin/python3")
+                .arg(&script)
+                .args([&backing, &mount, &control])
+                .spawn()
+                .expect("start faulty_fs.py (python3-fuse)");
+            volumes.servers.push(server);
+            volumes.mounts.push(mount.clone());
+            volumes.controls.push(control);
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while !std::fs::read_to_string("/proc/mounts")
+                .unwrap_or_default()
+                .contains(mount.to_str().expect("a UTF-8 path"))
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{} was not mounted",
+                    mount.display()
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        volumes
+    }
+
+    /// From now on every fsync on member `id`'s volume fails with EIO.
+    fn fail_fsync(&self, id: u64) {
+        std::fs::write(&self.controls[id as usize - 1], b"").expect("create the control file");
+    }
+
+    fn heal(&self, id: u64) {
+        std::fs::remove_file(&self.controls[id as usize - 1]).expect("remove the control file");
+    }
+}
+
+impl Drop for FaultyVolumes {
+    fn drop(&mut self) {
+        for path in &self.mounts {
+            let _ = Command::new("fusermount").arg("-u").arg("-z").arg(path).status();
+        }
+        for server in &mut self.servers {
+            let _ = server.kill();
+            let _ = server.wait();
         }
     }
 }
@@ -179,4 +257,75 @@ async fn a_member_whose_storage_fails_exits_acknowledges_nothing_after_and_keeps
         .expect("write after");
     assert!(written.iter().all(|(_, acknowledged)| *acknowledged < version));
     cluster.assert_no_errors_except(&["No space left on device", "raft stopped", "RaftCore"]);
+}
+
+/// Writes distinct small keys one after another until `stop`, recording
+/// each acknowledged one with its version.
+async fn write_until(client: Client, stop: Arc<AtomicBool>, written: Arc<Mutex<Vec<(String, u64)>>>) {
+    let kv = client.kv("fill");
+    let mut index = 0usize;
+    while !stop.load(Ordering::SeqCst) {
+        let key = format!("key-{index:05}");
+        if let Ok(version) = kv.set(&key).bytes(value_of(index)).send().await {
+            written.lock().expect("the record").push((key, version));
+        }
+        index += 1;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_whose_fsync_fails_exits_acknowledges_nothing_after_and_returns_whole() {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let volumes = FaultyVolumes::mount(directory.path(), 3);
+    let mut cluster = TestCluster::start_in_directory(directory, 3, 10_000, &[]);
+    let leader = cluster.wait_for_leader().await;
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn(write_until(cluster.client(), stop.clone(), written.clone()));
+    wait_until("writes to be acknowledged", || async {
+        (written.lock().expect("the record").len() >= 20).then_some(())
+    })
+    .await;
+
+    volumes.fail_fsync(leader);
+    let status = tokio::task::block_in_place(|| cluster.wait_for_exit(leader));
+    assert!(
+        !status.success(),
+        "a leader whose fsync failed exits with a failure, not {status}"
+    );
+    let log = cluster.log_text(leader);
+    assert!(log.contains("Input/output error"), "the log names the failed sync");
+    assert!(
+        log.contains("this member exits so that its supervisor restarts it"),
+        "and says why it exits"
+    );
+    let at_exit = written.lock().expect("the record").len();
+    wait_until("the other members to acknowledge writes again", || async {
+        (written.lock().expect("the record").len() >= at_exit + 20).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    writer.await.expect("the writer");
+
+    volumes.heal(leader);
+    cluster.restart(leader);
+    let written = written.lock().expect("the record").clone();
+    let last = written.last().map(|(_, version)| *version).unwrap_or(0);
+    cluster.wait_applied(leader, last).await;
+    // Every write the cluster acknowledged, before and after the failure,
+    // is in the returned member's own state.
+    let returned = cluster.client_of(leader).kv("fill");
+    for (key, version) in &written {
+        let entry = returned
+            .get_entry(key)
+            .await
+            .expect("read back")
+            .expect("an acknowledged write");
+        assert_eq!(entry.version, *version, "{key}");
+    }
+    eprintln!(
+        "{} writes acknowledged, {at_exit} of them before the leader exited",
+        written.len()
+    );
+    cluster.assert_no_errors_except(&["Input/output error", "raft stopped", "RaftCore"]);
 }
