@@ -82,6 +82,10 @@ pub enum CallFailure {
     /// The member refused the connection's token: the request was never
     /// sent, and no other member would take it either.
     Refused(LodeError),
+    /// The member answered that a limit was reached (the detail names it)
+    /// before it ran the call: the request was not applied, and the
+    /// connection is sound.
+    Busy(String),
 }
 
 impl CallFailure {
@@ -93,6 +97,7 @@ impl CallFailure {
             CallFailure::Timeout => LodeError::Timeout(format!("{address} did not answer in time")),
             CallFailure::Dial(detail) => LodeError::Unavailable(format!("cannot connect to {address}: {detail}")),
             CallFailure::Refused(error) => error,
+            CallFailure::Busy(detail) => LodeError::Unavailable(format!("{address}: {detail}")),
         }
     }
 }
@@ -187,6 +192,10 @@ impl Connection {
             Ok(Ok(answer)) => {
                 self.answers.fetch_add(1, Ordering::SeqCst);
                 Ok(answer)
+            }
+            Ok(Err(tarpc::client::RpcError::Server(refusal))) => {
+                self.answers.fetch_add(1, Ordering::SeqCst);
+                Err(CallFailure::Busy(refusal.detail))
             }
             Ok(Err(error)) => {
                 self.reset(generation).await;

@@ -343,7 +343,7 @@ impl Client {
                 }
                 Ok(Err(error)) | Err(CallFailure::Refused(error)) => return Err(error),
                 Err(failure) => {
-                    if !matches!(failure, CallFailure::Dial(_)) {
+                    if !matches!(failure, CallFailure::Dial(_) | CallFailure::Busy(_)) {
                         uncertain = Some(format!("{failure:?} at {}", connection.address()));
                     }
                     self.rotate(index);

@@ -69,6 +69,7 @@ async fn start_server(silent: usize) -> Server {
                 let limits = rpc::ServerLimits {
                     frame_bytes_max: lode_types::limits::REQUEST_BYTES_MAX,
                     idle: WAIT_MAX,
+                    port_calls: rpc::PortCalls::unlimited(),
                 };
                 served.spawn(rpc::serve_connection(
                     Box::new(stream) as Box<dyn ByteStream>,

@@ -85,6 +85,11 @@ impl Drop for Server {
 }
 
 async fn start_server() -> Server {
+    start_server_with(limits()).await
+}
+
+/// A server whose connections all share `limits` (and so its port's cap).
+async fn start_server_with(limits: rpc::ServerLimits) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding 127.0.0.1:0");
     let address = listener.local_addr().expect("listener address").to_string();
     let (dropped_sender, dropped) = mpsc::unbounded_channel();
@@ -98,8 +103,9 @@ async fn start_server() -> Server {
             };
             let handler = handler(dropped_sender.clone(), started_sender.clone());
             let ended = ended_sender.clone();
+            let limits = limits.clone();
             served.spawn(async move {
-                rpc::serve_connection(Box::new(stream) as Box<dyn ByteStream>, handler, limits()).await;
+                rpc::serve_connection(Box::new(stream) as Box<dyn ByteStream>, handler, limits).await;
                 let _ = ended.send(());
             });
         }
@@ -268,6 +274,49 @@ async fn calls_over_the_in_flight_limit_are_refused_by_name() {
 }
 
 #[tokio::test]
+async fn calls_over_the_port_limit_are_refused_by_name_on_every_connection() {
+    const PORT_CALLS_MAX: usize = 3;
+    let mut server = start_server_with(rpc::ServerLimits {
+        port_calls: rpc::PortCalls::new("test_calls_max", PORT_CALLS_MAX),
+        ..limits()
+    })
+    .await;
+    let first = connect(&server.address).await;
+    let second = connect(&server.address).await;
+    let mut hanging = Vec::new();
+    for index in 0..PORT_CALLS_MAX {
+        let channel = if index == 0 { first.clone() } else { second.clone() };
+        hanging.push(tokio::spawn(async move { channel.call(format!("hang:{index}")).await }));
+    }
+    for _ in 0..PORT_CALLS_MAX {
+        within("the hanging calls to start", server.started.recv()).await;
+    }
+    // A third connection, with nothing running on it, is refused too.
+    let third = connect(&server.address).await;
+    for channel in [&first, &third] {
+        match within("the call over the limit", channel.call("echo:over".to_owned())).await {
+            Err(RpcError::Server(error)) => assert!(
+                error.detail.contains(&format!("test_calls_max = {PORT_CALLS_MAX}")),
+                "{error:?}"
+            ),
+            other => panic!("expected a refusal naming the port's limit, got {other:?}"),
+        }
+    }
+    for call in &hanging {
+        assert!(!call.is_finished(), "a call within the limit finished");
+    }
+    // A call that ends gives its place back, whichever connection runs it.
+    hanging.remove(0).abort();
+    within("the aborted call to be dropped", server.dropped.recv()).await;
+    assert_eq!(
+        within("a call with room", third.call("echo:room".to_owned()))
+            .await
+            .expect("echo"),
+        "room"
+    );
+}
+
+#[tokio::test]
 async fn dropping_the_last_channel_closes_the_connection() {
     let mut server = start_server().await;
     let channel = connect(&server.address).await;
@@ -283,5 +332,6 @@ fn limits() -> rpc::ServerLimits {
     rpc::ServerLimits {
         frame_bytes_max: lode_types::limits::REQUEST_BYTES_MAX,
         idle: std::time::Duration::from_secs(300),
+        port_calls: rpc::PortCalls::unlimited(),
     }
 }

@@ -23,6 +23,10 @@ pub const CLIENT_CONNECTIONS_MAX_DEFAULT: usize = 1024;
 /// Connections the peer port keeps open at once: each member dials each
 /// peer once (plus a redial while an old connection drains).
 pub const PEER_CONNECTIONS_MAX_DEFAULT: usize = 64;
+/// Calls the client port's connections may have running at once, all of
+/// them together (long polls included); more are refused at once as
+/// `unavailable`, naming `client_requests_in_flight_max`.
+pub const CLIENT_REQUESTS_IN_FLIGHT_MAX_DEFAULT: usize = 4096;
 /// Connections the HTTP port keeps open at once.
 pub const HTTP_CONNECTIONS_MAX_DEFAULT: usize = 1024;
 /// Longest TLS handshake, from accept to the first byte of a request.

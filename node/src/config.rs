@@ -73,6 +73,8 @@ pub struct NodeConfig {
     pub tls: Option<Arc<MemberTls>>,
     /// Connections the client port keeps open at once.
     pub client_connections_max: usize,
+    /// Calls the client port runs at once, all connections together.
+    pub client_requests_in_flight_max: usize,
     /// Connections the peer port keeps open at once.
     pub peer_connections_max: usize,
     /// Longest TLS handshake on any port.
@@ -136,6 +138,7 @@ impl NodeConfig {
             change_log_bytes_max: lode_raft_store::limits::CHANGE_BYTES_MAX_DEFAULT,
             tls: None,
             client_connections_max: crate::accept::CLIENT_CONNECTIONS_MAX_DEFAULT,
+            client_requests_in_flight_max: crate::accept::CLIENT_REQUESTS_IN_FLIGHT_MAX_DEFAULT,
             peer_connections_max: crate::accept::PEER_CONNECTIONS_MAX_DEFAULT,
             tls_handshake_ms_max: crate::accept::TLS_HANDSHAKE_MS_MAX_DEFAULT,
             connection_idle_ms_max: crate::accept::CONNECTION_IDLE_MS_MAX_DEFAULT,

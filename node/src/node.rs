@@ -385,6 +385,10 @@ async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, sto
     let limits = rpc::ServerLimits {
         frame_bytes_max,
         idle: Duration::from_millis(config.connection_idle_ms_max),
+        port_calls: match port {
+            Port::Client => rpc::PortCalls::new("client_requests_in_flight_max", config.client_requests_in_flight_max),
+            Port::Peer => rpc::PortCalls::unlimited(),
+        },
     };
     let serve_one = move |stream, certificate_name: Option<String>, mut stop: watch::Receiver<bool>| {
         // On the client port a certificate's common name names its user
@@ -409,6 +413,7 @@ async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, sto
         // Both the connection and each call keep the node's span, so every
         // request logs its node id. A malformed frame ends this connection;
         // the node and every other connection carry on.
+        let limits = limits.clone();
         async move {
             tokio::select! {
                 biased;

@@ -19,10 +19,12 @@ mod channel;
 mod frame;
 mod server;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use channel::Channel;
 pub use frame::FrameCodec;
@@ -35,13 +37,56 @@ pub const PEER_FRAME_BYTES_MAX: usize = 80 << 20;
 const _: () = assert!(lode_types::limits::REQUEST_BYTES_MAX < PEER_FRAME_BYTES_MAX);
 
 /// What a server holds a connection to.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ServerLimits {
     /// Largest request frame.
     pub frame_bytes_max: usize,
     /// A connection with no call running that sends nothing for this long
     /// is closed.
     pub idle: Duration,
+    /// The calls running on all the connections of one port at once.
+    pub port_calls: PortCalls,
+}
+
+/// Calls the connections of one port may have running at once, shared by
+/// them: past it, a call is refused as it arrives, naming the limit,
+/// instead of queueing behind the others. This bounds the tasks a member
+/// runs for one port however many clients send, so that Raft's own tasks
+/// (heartbeats) keep being scheduled in time under a flood of requests.
+#[derive(Clone, Debug)]
+pub struct PortCalls {
+    running: Arc<Semaphore>,
+    /// The limit's name in refusals: its flag, as an operator sets it.
+    name: &'static str,
+    max: usize,
+}
+
+impl PortCalls {
+    /// At most `max` calls at once, named `name` in refusals.
+    pub fn new(name: &'static str, max: usize) -> Self {
+        let max = max.min(Semaphore::MAX_PERMITS);
+        Self {
+            running: Arc::new(Semaphore::new(max)),
+            name,
+            max,
+        }
+    }
+
+    /// No limit but the per-connection one: for the peer port, whose calls
+    /// (Raft's, and writes other members forward, bounded by their own
+    /// client ports) must not be refused for the clients' load.
+    pub fn unlimited() -> Self {
+        Self::new("unlimited", Semaphore::MAX_PERMITS)
+    }
+
+    /// A place for one call, held until the call ends; `Err` names the
+    /// limit when there is none.
+    pub(crate) fn admit(&self) -> Result<OwnedSemaphorePermit, String> {
+        self.running
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| format!("too many calls running on this port ({} = {})", self.name, self.max))
+    }
 }
 
 /// Requests one connection may have running on the server at once; more

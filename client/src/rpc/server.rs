@@ -95,26 +95,33 @@ pub async fn serve_connection<Request, Response>(
                             tracing::debug!(id, "ending a connection that reused a running call's id");
                             return;
                         }
-                        if running.0.len() >= REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX {
-                            ServerFrame {
-                                id,
-                                outcome: Err(format!(
-                                    "too many calls running on this connection \
-                                     (requests_in_flight_per_connection_max = {REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX})"
-                                )),
-                            }
+                        let admitted = if running.0.len() >= REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX {
+                            Err(format!(
+                                "too many calls running on this connection \
+                                 (requests_in_flight_per_connection_max = {REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX})"
+                            ))
                         } else {
-                            let call = handler(request);
-                            let finished = finished.clone();
-                            let task = tokio::spawn(
-                                async move {
-                                    let outcome = call.await;
-                                    let _ = finished.send((id, outcome)).await;
-                                }
-                                .in_current_span(),
-                            );
-                            running.0.insert(id, task.abort_handle());
-                            continue;
+                            limits.port_calls.admit()
+                        };
+                        match admitted {
+                            Err(refusal) => ServerFrame {
+                                id,
+                                outcome: Err(refusal),
+                            },
+                            Ok(place) => {
+                                let call = handler(request);
+                                let finished = finished.clone();
+                                let task = tokio::spawn(
+                                    async move {
+                                        let outcome = call.await;
+                                        drop(place);
+                                        let _ = finished.send((id, outcome)).await;
+                                    }
+                                    .in_current_span(),
+                                );
+                                running.0.insert(id, task.abort_handle());
+                                continue;
+                            }
                         }
                     }
                 }

@@ -85,6 +85,11 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
     let members: BTreeMap<u64, String> = (1..=arguments.nodes).map(|id| (id, port(0, id))).collect();
     let founders: BTreeMap<u64, String> = (1..=arguments.nodes).map(|id| (id, port(200, id))).collect();
     let stop = super::helpers::StopSignal::install();
+    // Every member of the process takes its default caps on each port.
+    let connections_max = lode_node::accept::CLIENT_CONNECTIONS_MAX_DEFAULT
+        + lode_node::accept::PEER_CONNECTIONS_MAX_DEFAULT
+        + lode_node::accept::HTTP_CONNECTIONS_MAX_DEFAULT;
+    super::open_files::raise_open_files_limit(arguments.nodes * connections_max as u64);
     let tls_dir = arguments.data_dir.join("tls");
     let tls = if arguments.tls {
         Some(dev_certificates(&tls_dir)?)

@@ -4,8 +4,12 @@
 //!
 //! A member's normal start logs no ERROR: founders start one by one, and
 //! until the last is up openraft logs each vote request to it that fails
-//! or times out at ERROR. The network layer already reports an unreachable
-//! peer once, at WARN, so those two openraft events are dropped here.
+//! or times out at ERROR. Under load, it also logs at ERROR each peer that
+//! did not confirm the leadership for a linearizable read within a
+//! heartbeat interval; the read itself is answered `unavailable` (or
+//! served, by a quorum of the others), and no one needs paging. The
+//! network layer already reports an unreachable peer once, at WARN, so
+//! these openraft events are dropped here.
 
 use std::io::IsTerminal;
 
@@ -29,13 +33,18 @@ pub enum LogFormat {
 /// reason to page anyone; the network layer logs each outage once at WARN.
 const MEMBER_FILTER_DEFAULT: &str = "info,openraft=warn,openraft::replication=off";
 
-/// Where openraft logs a failed vote request, and the messages it uses.
-const VOTE_EVENTS_TARGET: &str = "openraft::core::raft_core";
-const VOTE_EVENT_MESSAGES: [&str; 2] = ["while requesting vote", "timeout"];
+/// Where openraft logs a failed vote request or leadership confirmation,
+/// and the messages it uses.
+const PEER_EVENTS_TARGET: &str = "openraft::core::raft_core";
+const PEER_EVENT_MESSAGES: [&str; 3] = [
+    "while requesting vote",
+    "timeout",
+    "timeout while confirming leadership for read request",
+];
 
-/// Drops openraft's ERROR events for a vote request that failed or timed
-/// out (see the module's documentation).
-struct QuietFailedVotes;
+/// Drops openraft's ERROR events for a vote request or a leadership
+/// confirmation that failed or timed out (see the module's documentation).
+struct QuietPeerFailures;
 
 struct Message(Option<String>);
 
@@ -53,17 +62,17 @@ impl Visit for Message {
     }
 }
 
-impl<S: tracing::Subscriber> Layer<S> for QuietFailedVotes {
+impl<S: tracing::Subscriber> Layer<S> for QuietPeerFailures {
     fn event_enabled(&self, event: &tracing::Event<'_>, _: Context<'_, S>) -> bool {
         let metadata = event.metadata();
-        if *metadata.level() != tracing::Level::ERROR || metadata.target() != VOTE_EVENTS_TARGET {
+        if *metadata.level() != tracing::Level::ERROR || metadata.target() != PEER_EVENTS_TARGET {
             return true;
         }
         let mut message = Message(None);
         event.record(&mut message);
         !message
             .0
-            .is_some_and(|message| VOTE_EVENT_MESSAGES.contains(&message.as_str()))
+            .is_some_and(|message| PEER_EVENT_MESSAGES.contains(&message.as_str()))
     }
 }
 
@@ -87,7 +96,7 @@ pub fn init(filter: Option<String>, format: LogFormat, member: bool) {
             .boxed(),
     };
     let _ = tracing_subscriber::registry()
-        .with(QuietFailedVotes)
+        .with(QuietPeerFailures)
         .with(filter)
         .with(output)
         .try_init();

@@ -8,6 +8,7 @@ mod helpers;
 mod kv;
 mod lease;
 mod logging;
+mod open_files;
 mod scale;
 mod snapshot;
 mod stateful_set;
@@ -239,6 +240,10 @@ pub struct NodeArguments {
     /// Connections the client port keeps open at once; more are closed.
     #[arg(long, default_value_t = lode_node::accept::CLIENT_CONNECTIONS_MAX_DEFAULT)]
     pub client_connections_max: usize,
+    /// Calls the client port runs at once, over all its connections (long
+    /// polls included); more are refused at once as `unavailable`.
+    #[arg(long, default_value_t = lode_node::accept::CLIENT_REQUESTS_IN_FLIGHT_MAX_DEFAULT)]
+    pub client_requests_in_flight_max: usize,
     /// Connections the peer port keeps open at once; more are closed.
     #[arg(long, default_value_t = lode_node::accept::PEER_CONNECTIONS_MAX_DEFAULT)]
     pub peer_connections_max: usize,
@@ -439,6 +444,16 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         rejoin_through,
     } = identity;
     let stop = StopSignal::install();
+    open_files::raise_open_files_limit(
+        [
+            arguments.client_connections_max,
+            arguments.peer_connections_max,
+            arguments.http_connections_max,
+        ]
+        .iter()
+        .map(|cap| *cap as u64)
+        .sum(),
+    );
     let tls = arguments.tls.load()?;
     let listeners = Listeners {
         client: lode_client::facade::bind(&arguments.listen).await?,
@@ -471,6 +486,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     config.cluster_id = arguments.cluster_id;
     config.tls = tls.clone();
     config.client_connections_max = arguments.client_connections_max;
+    config.client_requests_in_flight_max = arguments.client_requests_in_flight_max;
     config.peer_connections_max = arguments.peer_connections_max;
     config.tls_handshake_ms_max = milliseconds(arguments.tls_handshake_timeout);
     config.connection_idle_ms_max = milliseconds(arguments.connection_idle_timeout);
