@@ -8,6 +8,7 @@
 
 pub mod deno;
 pub mod files;
+pub mod http;
 pub mod values;
 pub mod wire;
 
@@ -58,6 +59,14 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "backup_files",
         run: files::backup_files,
+    },
+    Target {
+        name: "snapshot_images",
+        run: files::snapshot_images,
+    },
+    Target {
+        name: "http_bodies",
+        run: http::http_bodies,
     },
 ];
 

@@ -67,6 +67,8 @@ fn write_seeds() {
         ("merge_patches", text_seeds(MERGE_PATCH_SEEDS)),
         ("tokens", text_seeds(TOKEN_SEEDS)),
         ("backup_files", backup_seeds()),
+        ("snapshot_images", snapshot_image_seeds()),
+        ("http_bodies", http_body_seeds()),
     ];
     for (target, inputs) in seeds {
         let directory = corpus_dir(target);
@@ -194,6 +196,68 @@ fn backup_seeds() -> Vec<Vec<u8>> {
     let (_, header_bytes) = lode_types::backup::read_header(&mut file.as_slice()).expect("its header");
     let body = &file[12..header_bytes as usize - 32];
     vec![prefixed(0, &file[..header_bytes as usize + 64]), prefixed(1, body)]
+}
+
+fn snapshot_image_seeds() -> Vec<Vec<u8>> {
+    let checkpoint: Vec<(String, Vec<u8>)> = [
+        ("CURRENT", b"MANIFEST-000005\n".to_vec()),
+        ("OPTIONS-000007", b"[Version]\n  rocksdb_version=9.10.0\n".to_vec()),
+        ("000009.sst", vec![0x88, 0xe2, 0x41, 0x00, 0x07, 0x01, 0x00, 0xff]),
+    ]
+    .into_iter()
+    .map(|(name, contents)| (name.to_owned(), contents))
+    .collect();
+    // Mode 1 takes what follows the magic, up to the digest, and adds both.
+    let records = |image: &[u8]| image[8..image.len() - 32].to_vec();
+    let whole = lode_fuzz::files::reference_image(&checkpoint);
+    vec![
+        prefixed(1, &records(&whole)),
+        prefixed(1, &records(&lode_fuzz::files::reference_image(&[]))),
+        prefixed(0, &whole),
+    ]
+}
+
+fn http_body_seeds() -> Vec<Vec<u8>> {
+    let bodies: [(u8, &str); 10] = [
+        (
+            0,
+            r#"{"op_id":"000000000000000000000000000000ff","operations":[{"op":"set","namespace":"config","key":"service:auth","value":"{\"a\":1}","encoding":"json","ttl_micros":"60000000"}]}"#,
+        ),
+        (
+            0,
+            r#"{"operations":[{"op":"set","namespace":"config","key":{"base64":"AP8="},"value":{"base64":"gAE="},"expect_version":"12","fence":{"namespace":"config","key":"lease:k","token":"3"}},{"op":"delete","namespace":"config","key":"old"}]}"#,
+        ),
+        (
+            0,
+            r#"{"operations":[{"op":"patch","namespace":"config","key":"k","patch":"{\"b\":null}"},{"op":"copy","namespace":"config","key":"k","to_key":"c","to_namespace":"backup"},{"op":"expire","namespace":"config","key":"c","ttl_micros":"1000"}]}"#,
+        ),
+        (
+            1,
+            r#"{"query":{"op":"get","namespace":"config","key":"service:auth"},"consistency":"linearizable"}"#,
+        ),
+        (
+            1,
+            r#"{"query":{"op":"scan","namespace":"pages","prefix":"k","limit":3},"consistency":{"at_least":"1000000000"}}"#,
+        ),
+        (
+            1,
+            r#"{"query":{"op":"get_many","namespace":"backup","keys":["copy",{"base64":"AP8="}]}}"#,
+        ),
+        (
+            2,
+            r#"{"scope":"app","key":"config","value":{"retries":3,"hosts":["a","b"]}}"#,
+        ),
+        (
+            6,
+            r#"{"scope":"app","key":"config","ops":[{"type":"increment","path":"retries","by":1},{"type":"append","path":"hosts","value":"c"}]}"#,
+        ),
+        (18, r#"{"scope":"app"}"#),
+        (3, r#"{"supportedVersions":[1,2,3]}"#),
+    ];
+    bodies
+        .iter()
+        .map(|(selector, body)| prefixed(*selector, body.as_bytes()))
+        .collect()
 }
 
 fn text_seeds(texts: &[&str]) -> Vec<Vec<u8>> {

@@ -179,8 +179,9 @@ fn iso8601_utc(seconds_since_epoch: u64) -> String {
     )
 }
 
-/// The highest protocol version both sides speak. No body means version 1.
-fn negotiate(body: &[u8]) -> Result<u64, String> {
+/// The highest protocol version both sides speak, from the metadata
+/// exchange's body. No body means version 1. Public for its fuzz target.
+pub fn negotiate(body: &[u8]) -> Result<u64, String> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(1);
     }

@@ -15,11 +15,11 @@
 mod caller;
 pub mod deno;
 mod events;
-mod kv_api;
-mod kv_connect;
+pub mod kv_api;
+pub mod kv_connect;
 mod metrics;
 pub mod readiness;
-mod state_api;
+pub mod state_api;
 mod watch;
 
 use std::net::SocketAddr;

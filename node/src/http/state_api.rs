@@ -80,7 +80,12 @@ struct ScopeParameters {
 }
 
 fn parameters<T: serde::de::DeserializeOwned>(function: &str, body: &[u8]) -> Result<T, LodeError> {
-    serde_json::from_slice(body).map_err(|error| LodeError::Invalid(format!("state::{function} parameters: {error}")))
+    // Read as one JSON value first: every string is checked as UTF-8 and
+    // every number as in range, in unknown parameters too, which decoding
+    // straight into `T` would skip unchecked.
+    let invalid = |error: serde_json::Error| LodeError::Invalid(format!("state::{function} parameters: {error}"));
+    let value: Value = serde_json::from_slice(body).map_err(invalid)?;
+    serde_json::from_value(value).map_err(invalid)
 }
 
 fn change(change: lode_client::state::StateChange) -> Response {
@@ -89,6 +94,79 @@ fn change(change: lode_client::state::StateChange) -> Response {
         body["errors"] = json!(change.errors);
     }
     answer(StatusCode::OK, body)
+}
+
+/// One State API call, decoded from its function name and JSON parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StateCall {
+    Set {
+        scope: String,
+        key: String,
+        value: Value,
+    },
+    Update {
+        scope: String,
+        key: String,
+        ops: Vec<UpdateOp>,
+    },
+    Get {
+        scope: String,
+        key: String,
+    },
+    Delete {
+        scope: String,
+        key: String,
+    },
+    List {
+        scope: String,
+    },
+    ListGroups,
+}
+
+/// Decodes `POST /state/v1/{function}`'s body: `Invalid` names the
+/// parameter at fault, `NotFound` an unknown function. Public for its
+/// fuzz target.
+pub fn decode_call(function: &str, body: &[u8]) -> Result<StateCall, LodeError> {
+    Ok(match function {
+        "set" => {
+            let call: SetParameters = parameters("set", body)?;
+            let value = call
+                .value
+                .or(call.data)
+                .ok_or_else(|| LodeError::Invalid("state::set needs `value` (or its alias `data`)".to_owned()))?;
+            StateCall::Set {
+                scope: call.scope,
+                key: call.key,
+                value,
+            }
+        }
+        "update" => {
+            let call: UpdateParameters = parameters("update", body)?;
+            StateCall::Update {
+                scope: call.scope,
+                key: call.key,
+                ops: call.ops,
+            }
+        }
+        "get" | "delete" => {
+            let call: KeyParameters = parameters(function, body)?;
+            let (scope, key) = (call.scope, call.key);
+            if function == "get" {
+                StateCall::Get { scope, key }
+            } else {
+                StateCall::Delete { scope, key }
+            }
+        }
+        "list" => StateCall::List {
+            scope: parameters::<ScopeParameters>("list", body)?.scope,
+        },
+        "list_groups" => StateCall::ListGroups,
+        other => {
+            return Err(LodeError::NotFound(format!(
+                "no function state::{other}; the functions are set, get, delete, update, list, list_groups"
+            )))
+        }
+    })
 }
 
 /// `POST /state/v1/{function}`.
@@ -102,61 +180,26 @@ pub(super) async fn call(
         Ok(clients) => clients.cluster.state(),
         Err(error) => return failure(error),
     };
-    let result = match function.as_str() {
-        "set" => {
-            let call: SetParameters = match parameters("set", &body) {
-                Ok(call) => call,
-                Err(error) => return failure(error),
-            };
-            let Some(value) = call.value.or(call.data) else {
-                return refused(
-                    StatusCode::BAD_REQUEST,
-                    "invalid",
-                    "state::set needs `value` (or its alias `data`)",
-                );
-            };
-            state.set(&call.scope, &call.key, value).await.map(change)
-        }
-        "update" => {
-            let call: UpdateParameters = match parameters("update", &body) {
-                Ok(call) => call,
-                Err(error) => return failure(error),
-            };
-            state.update(&call.scope, &call.key, &call.ops).await.map(change)
-        }
-        "get" | "delete" => {
-            let call: KeyParameters = match parameters(&function, &body) {
-                Ok(call) => call,
-                Err(error) => return failure(error),
-            };
-            let value = if function == "get" {
-                state.get(&call.scope, &call.key).await
-            } else {
-                state.delete(&call.scope, &call.key).await
-            };
-            value.map(|value| answer(StatusCode::OK, value))
-        }
-        "list" => {
-            let call: ScopeParameters = match parameters("list", &body) {
-                Ok(call) => call,
-                Err(error) => return failure(error),
-            };
-            state
-                .list(&call.scope)
-                .await
-                .map(|values| answer(StatusCode::OK, Value::Array(values)))
-        }
-        "list_groups" => state
+    let call = match decode_call(&function, &body) {
+        Ok(call) => call,
+        Err(error) => return failure(error),
+    };
+    let result = match call {
+        StateCall::Set { scope, key, value } => state.set(&scope, &key, value).await.map(change),
+        StateCall::Update { scope, key, ops } => state.update(&scope, &key, &ops).await.map(change),
+        StateCall::Get { scope, key } => state.get(&scope, &key).await.map(|value| answer(StatusCode::OK, value)),
+        StateCall::Delete { scope, key } => state
+            .delete(&scope, &key)
+            .await
+            .map(|value| answer(StatusCode::OK, value)),
+        StateCall::List { scope } => state
+            .list(&scope)
+            .await
+            .map(|values| answer(StatusCode::OK, Value::Array(values))),
+        StateCall::ListGroups => state
             .list_groups()
             .await
             .map(|groups| answer(StatusCode::OK, json!({ "groups": groups }))),
-        other => {
-            return refused(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("no function state::{other}; the functions are set, get, delete, update, list, list_groups"),
-            )
-        }
     };
     result.unwrap_or_else(failure)
 }
@@ -248,5 +291,30 @@ impl events::EventBatches for TriggerFrames {
                 )
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_json_throughout_even_where_unknown() {
+        let not_utf_8 = b"{\"scope\":\"app\",\"key\":\"k\",\"ignored\":\"\xff\"}";
+        let out_of_range = br#"{"scope":"app","key":"k","ignored":1e400}"#;
+        for body in [&not_utf_8[..], out_of_range] {
+            let refused = decode_call("get", body);
+            assert!(
+                matches!(&refused, Err(LodeError::Invalid(message)) if message.starts_with("state::get parameters")),
+                "{refused:?}"
+            );
+        }
+        assert_eq!(
+            decode_call("get", br#"{"scope":"app","key":"k","ignored":"x"}"#).ok(),
+            Some(StateCall::Get {
+                scope: "app".to_owned(),
+                key: "k".to_owned()
+            })
+        );
     }
 }

@@ -147,6 +147,86 @@ impl<R: Read> Counted<R> {
     }
 }
 
+/// Where the files of an archive being read go, one after another.
+trait Unpacked {
+    /// Called once, after the archive's magic was read.
+    fn start(&mut self) -> Result<(), EngineError>;
+    fn create(&mut self, name: &str) -> Result<(), EngineError>;
+    fn append(&mut self, contents: &[u8]) -> Result<(), EngineError>;
+    fn finish_file(&mut self) -> Result<(), EngineError>;
+}
+
+/// Files written into a fresh directory, each synced.
+struct IntoDirectory<'a> {
+    directory: &'a Path,
+    file: Option<(fs::File, std::path::PathBuf)>,
+}
+
+impl Unpacked for IntoDirectory<'_> {
+    fn start(&mut self) -> Result<(), EngineError> {
+        if self.directory.exists() {
+            fs::remove_dir_all(self.directory).map_err(io_context(self.directory, "removing"))?;
+        }
+        fs::create_dir_all(self.directory).map_err(io_context(self.directory, "creating"))
+    }
+
+    fn create(&mut self, name: &str) -> Result<(), EngineError> {
+        let path = self.directory.join(name);
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io_context(&path, "creating"))?;
+        self.file = Some((file, path));
+        Ok(())
+    }
+
+    fn append(&mut self, contents: &[u8]) -> Result<(), EngineError> {
+        match &mut self.file {
+            Some((file, path)) => file.write_all(contents).map_err(io_context(path, "writing")),
+            None => Err(corrupt("contents outside a file")),
+        }
+    }
+
+    fn finish_file(&mut self) -> Result<(), EngineError> {
+        match self.file.take() {
+            Some((file, path)) => file.sync_all().map_err(io_context(&path, "syncing")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Files kept in memory, in the archive's order.
+#[derive(Default)]
+struct IntoMemory {
+    files: Vec<(String, Vec<u8>)>,
+}
+
+impl Unpacked for IntoMemory {
+    fn start(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    fn create(&mut self, name: &str) -> Result<(), EngineError> {
+        self.files.push((name.to_owned(), Vec::new()));
+        Ok(())
+    }
+
+    fn append(&mut self, contents: &[u8]) -> Result<(), EngineError> {
+        match self.files.last_mut() {
+            Some((_, file)) => {
+                file.extend_from_slice(contents);
+                Ok(())
+            }
+            None => Err(corrupt("contents outside a file")),
+        }
+    }
+
+    fn finish_file(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
 /// Writes the files of the archive at `archive` into a fresh `directory`,
 /// synced, after checking every name, length and the digest.
 pub(crate) fn unpack(archive: &Path, directory: &Path) -> Result<(), EngineError> {
@@ -162,6 +242,24 @@ pub(crate) fn unpack(archive: &Path, directory: &Path) -> Result<(), EngineError
 /// into a fresh `directory`, synced, after checking every name, length
 /// and the digest, which it answers. Reads no byte past `total`.
 pub(crate) fn unpack_from(archive: impl Read, total: u64, directory: &Path) -> Result<[u8; 32], EngineError> {
+    let digest = read_archive(archive, total, &mut IntoDirectory { directory, file: None })?;
+    fs::File::open(directory)
+        .and_then(|directory| directory.sync_all())
+        .map_err(io_context(directory, "syncing"))?;
+    Ok(digest)
+}
+
+/// The files of an archive held in memory, in its order, checked as
+/// `unpack` checks them. For tools and the fuzz target.
+pub fn read_files(archive: &[u8]) -> Result<Vec<(String, Vec<u8>)>, EngineError> {
+    let mut files = IntoMemory::default();
+    read_archive(archive, archive.len() as u64, &mut files)?;
+    Ok(files.files)
+}
+
+/// Reads an archive of `total` bytes into `unpacked`, checking the magic,
+/// every tag, name and length, that no name repeats, and the digest.
+fn read_archive(archive: impl Read, total: u64, unpacked: &mut dyn Unpacked) -> Result<[u8; 32], EngineError> {
     let mut input = Counted {
         inner: BufReader::with_capacity(COPY_BUFFER_BYTES, archive.take(total)),
         digest: ring::digest::Context::new(&ring::digest::SHA256),
@@ -172,22 +270,21 @@ pub(crate) fn unpack_from(archive: impl Read, total: u64, directory: &Path) -> R
     if &magic != MAGIC {
         return Err(corrupt("does not start with a Lode image header"));
     }
-    if directory.exists() {
-        fs::remove_dir_all(directory).map_err(io_context(directory, "removing"))?;
-    }
-    fs::create_dir_all(directory).map_err(io_context(directory, "creating"))?;
-    let mut files = 0usize;
+    unpacked.start()?;
+    let mut names = std::collections::BTreeSet::new();
     loop {
         match input.byte()? {
             TAG_END => break,
             TAG_FILE => {}
             other => return Err(corrupt(format!("tag {other} at byte {}", input.read - 1))),
         }
-        files += 1;
-        if files > FILES_MAX {
+        if names.len() >= FILES_MAX {
             return Err(corrupt(format!("more than {FILES_MAX} files")));
         }
-        unpack_file(&mut input, total, directory)?;
+        let name = read_file(&mut input, total, unpacked)?;
+        if !names.insert(name.clone()) {
+            return Err(corrupt(format!("file {name:?} twice")));
+        }
     }
     let expected = input.digest.clone().finish();
     let mut stored = [0u8; DIGEST_BYTES as usize];
@@ -204,13 +301,12 @@ pub(crate) fn unpack_from(archive: impl Read, total: u64, directory: &Path) -> R
             total.saturating_sub(input.read + DIGEST_BYTES)
         )));
     }
-    fs::File::open(directory)
-        .and_then(|directory| directory.sync_all())
-        .map_err(io_context(directory, "syncing"))?;
     Ok(stored)
 }
 
-fn unpack_file<R: Read>(input: &mut Counted<R>, total: u64, directory: &Path) -> Result<(), EngineError> {
+/// Reads one file's name, length and contents into `unpacked`; answers
+/// its name.
+fn read_file<R: Read>(input: &mut Counted<R>, total: u64, unpacked: &mut dyn Unpacked) -> Result<String, EngineError> {
     let name_length = usize::from(input.u16()?);
     if name_length == 0 || name_length > NAME_BYTES_MAX {
         return Err(corrupt(format!("a file name of {name_length} bytes")));
@@ -218,7 +314,7 @@ fn unpack_file<R: Read>(input: &mut Counted<R>, total: u64, directory: &Path) ->
     let mut name = vec![0u8; name_length];
     input.exact(&mut name)?;
     let name = String::from_utf8(name).map_err(|_| corrupt("a file name that is not UTF-8"))?;
-    if name.contains('/') || name == "." || name == ".." {
+    if name.contains('/') || name.contains('\0') || name == "." || name == ".." {
         return Err(corrupt(format!("file name {name:?}")));
     }
     let length = input.u64()?;
@@ -226,21 +322,17 @@ fn unpack_file<R: Read>(input: &mut Counted<R>, total: u64, directory: &Path) ->
     if length > left {
         return Err(corrupt(format!("{name} claims {length} bytes but {left} are left")));
     }
-    let path = directory.join(&name);
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(io_context(&path, "creating"))?;
-    let mut buffer = vec![0u8; COPY_BUFFER_BYTES];
+    unpacked.create(&name)?;
+    let mut buffer = vec![0u8; COPY_BUFFER_BYTES.min(length as usize)];
     let mut remaining = length;
     while remaining > 0 {
         let chunk = remaining.min(COPY_BUFFER_BYTES as u64) as usize;
         input.exact(&mut buffer[..chunk])?;
-        file.write_all(&buffer[..chunk]).map_err(io_context(&path, "writing"))?;
+        unpacked.append(&buffer[..chunk])?;
         remaining -= chunk as u64;
     }
-    file.sync_all().map_err(io_context(&path, "syncing"))
+    unpacked.finish_file()?;
+    Ok(name)
 }
 
 #[cfg(test)]

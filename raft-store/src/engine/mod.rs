@@ -7,8 +7,7 @@
 //! (files for RocksDB, streamed; bytes for the in-memory engine).
 
 mod damage;
-mod image_archive;
-pub use image_archive::Packed;
+pub mod image_archive;
 pub mod memory;
 pub mod rocks;
 pub mod selected;

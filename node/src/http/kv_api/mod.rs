@@ -25,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::Router;
 use lode_client::changes::Changes;
-use lode_client::protocol::{Capability, Consistency, ReadRequest, WriteRequest};
+use lode_client::protocol::{Capability, Consistency, Operation, ReadRequest, WriteRequest};
 use lode_client::LodeError;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -145,10 +145,16 @@ fn answer(body: Value) -> Response {
 /// The body parsed as `T`; the error names the field by its path.
 fn parse<T: serde::de::DeserializeOwned>(what: &str, body: &[u8]) -> Result<T, LodeError> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+    let parsed = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
         LodeError::Invalid(format!("{what} body, at {path}: {}", error.into_inner()))
-    })
+    })?;
+    // One JSON value and nothing after it but white space, as
+    // `serde_json::from_slice` has it.
+    deserializer
+        .end()
+        .map_err(|error| LodeError::Invalid(format!("{what} body, after its value: {error}")))?;
+    Ok(parsed)
 }
 
 #[derive(Deserialize)]
@@ -168,9 +174,12 @@ async fn write(State(gateway): State<Arc<Gateway>>, Extension(caller): Extension
     write_json(&gateway, &caller, &body).await.map_or_else(failure, answer)
 }
 
-async fn write_json(gateway: &Gateway, caller: &Caller, body: &[u8]) -> Result<Value, LodeError> {
+/// A write body decoded: the op id the caller chose, if any, and its
+/// operations (relative expiries taken from `now_micros`). The limits on
+/// what they hold are checked after, by the SDK and the member, as for any
+/// client. Public for its fuzz target.
+pub fn decode_write(body: &[u8], now_micros: u64) -> Result<(Option<u128>, Vec<Operation>), LodeError> {
     let body: WriteBody = parse("write", body)?;
-    let now_micros = lode_client::facade::now_micros();
     let operations = body
         .operations
         .into_iter()
@@ -184,7 +193,12 @@ async fn write_json(gateway: &Gateway, caller: &Caller, body: &[u8]) -> Result<V
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let op_id = body.op_id.map_or_else(lode_client::sdk::new_op_id, |op_id| op_id.0);
+    Ok((body.op_id.map(|op_id| op_id.0), operations))
+}
+
+async fn write_json(gateway: &Gateway, caller: &Caller, body: &[u8]) -> Result<Value, LodeError> {
+    let (op_id, operations) = decode_write(body, lode_client::facade::now_micros())?;
+    let op_id = op_id.unwrap_or_else(lode_client::sdk::new_op_id);
     let clients = gateway.callers.clients(caller)?;
     let response = clients.cluster.write(WriteRequest { op_id, operations }).await?;
     let results = response
@@ -215,12 +229,20 @@ async fn read(State(gateway): State<Arc<Gateway>>, Extension(caller): Extension<
     read_json(&gateway, &caller, &body).await.map_or_else(failure, answer)
 }
 
-async fn read_json(gateway: &Gateway, caller: &Caller, body: &[u8]) -> Result<Value, LodeError> {
+/// A read body decoded. Public for its fuzz target.
+pub fn decode_read(body: &[u8]) -> Result<ReadRequest, LodeError> {
     let body: ReadBody = parse("read", body)?;
     let consistency = body.consistency.consistency();
     let query: QueryJson =
         untag(body.query).map_err(|message| LodeError::Invalid(format!("read body, at query{message}")))?;
-    let query = query.query()?;
+    Ok(ReadRequest {
+        query: query.query()?,
+        consistency,
+    })
+}
+
+async fn read_json(gateway: &Gateway, caller: &Caller, body: &[u8]) -> Result<Value, LodeError> {
+    let ReadRequest { query, consistency } = decode_read(body)?;
     let clients = gateway.callers.clients(caller)?;
     let client = match consistency {
         Consistency::Linearizable => &clients.cluster,
@@ -343,5 +365,22 @@ mod tests {
             .collect();
         served.sort();
         assert_eq!(documented, served);
+    }
+
+    #[test]
+    fn bodies_with_bytes_after_their_value_are_refused() {
+        let write = br#"{"operations":[{"op":"delete","namespace":"n","key":"k"}]}"#;
+        assert!(decode_write(write, 0).is_ok());
+        assert!(decode_write(&[&write[..], b" \n"].concat(), 0).is_ok());
+        for trailing in [&b"x"[..], b"{}", b"]"] {
+            let refused = decode_write(&[&write[..], trailing].concat(), 0);
+            assert!(
+                matches!(&refused, Err(LodeError::Invalid(message)) if message.contains("write body, after its value")),
+                "{refused:?}"
+            );
+        }
+        let read = br#"{"query":{"op":"get","namespace":"n","key":"k"}}"#;
+        assert!(decode_read(read).is_ok());
+        assert!(decode_read(&[&read[..], b"1"].concat()).is_err());
     }
 }
