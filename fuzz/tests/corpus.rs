@@ -1,6 +1,8 @@
 //! Every file of `fuzz/corpus/<target>/` through its target, in the normal
-//! test build: the seeds, and every input a fuzzing run kept as a crash
-//! once its cause was fixed. Each target has a corpus.
+//! test build: the seeds (`seed-*`), every input a fuzzing run kept as a
+//! crash once its cause was fixed (`crash-*`), and the coverage a long
+//! campaign reached (`cov-*`, its queue reduced by `afl-cmin`, named by the
+//! first 16 hex digits of their SHA-256). Each target has a corpus.
 //!
 //! The seeds are real encodings of real values, written by
 //! `LODE_WRITE_FUZZ_SEEDS=1 cargo test -p lode-fuzz --test corpus`; AFL++
