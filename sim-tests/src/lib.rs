@@ -17,6 +17,7 @@ pub mod activity;
 pub mod auth_workload;
 pub mod bulk_workload;
 pub mod checkers;
+pub mod client_host;
 pub mod environment;
 pub mod history;
 mod logging;

@@ -22,6 +22,7 @@ use openraft::{Raft, ServerState};
 use crate::auth_workload::{self, AuthPlan};
 use crate::bulk_workload;
 use crate::checkers;
+use crate::client_host::{ClientHost, CLIENT_HOST};
 use crate::environment;
 use crate::history::{self, Call, History, Known, Outcome, QueueEvent, SharedHistory};
 use crate::queue_workload::{self, QueuePlan};
@@ -261,6 +262,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
     }
 
     let history: SharedHistory = Rc::new(RefCell::new(History::default()));
+    let mut clients = ClientHost::default();
     let endpoints: Vec<String> = (1..=scenario.members).chain(scenario.spare).map(address).collect();
     for client in 0..scenario.kv_clients {
         let plan = KvClientPlan {
@@ -272,7 +274,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         };
         let (endpoints, history) = (endpoints.clone(), history.clone());
         history.borrow_mut().activity.register(client);
-        sim.client(format!("c{client}"), async move {
+        clients.add(format!("c{client}"), async move {
             workload::run_kv_client(plan, endpoints, history.clone()).await;
             history::finished(&history, client);
             Ok(())
@@ -292,7 +294,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         };
         let history = history.clone();
         history.borrow_mut().activity.register(client);
-        sim.client(format!("w{id}"), async move {
+        clients.add(format!("w{id}"), async move {
             workload::run_kv_client(plan, vec![address(id)], history.clone()).await;
             history::finished(&history, client);
             Ok(())
@@ -308,7 +310,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         };
         let (endpoints, history) = (endpoints.clone(), history.clone());
         history.borrow_mut().activity.register(client);
-        sim.client(format!("l{index}"), async move {
+        clients.add(format!("l{index}"), async move {
             workload::run_lock_client(plan, endpoints, history.clone()).await;
             history::finished(&history, client);
             Ok(())
@@ -325,7 +327,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
             };
             let (endpoints, history) = (endpoints.clone(), history.clone());
             history.borrow_mut().activity.register(client);
-            sim.client(format!("{role}{index}"), async move {
+            clients.add(format!("{role}{index}"), async move {
                 let recorded = history.clone();
                 match (role, index) {
                     ("p", _) => queue_workload::run_producer(plan, endpoints, history).await,
@@ -343,7 +345,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         let (endpoints, history) = (endpoints.clone(), history.clone());
         let (seed, until) = (scenario.seed, scenario.workload);
         history.borrow_mut().activity.register(BULK_WRITER);
-        sim.client("bulk", async move {
+        clients.add("bulk", async move {
             bulk_workload::run_bulk_writer(BULK_WRITER, seed, until, endpoints, history.clone()).await;
             history::finished(&history, BULK_WRITER);
             Ok(())
@@ -361,7 +363,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         for (name, client) in [("grantor", GRANTOR), ("tenant", TENANT)] {
             let (plan, endpoints, history, ready) = (plan.clone(), endpoints.clone(), history.clone(), ready.clone());
             history.borrow_mut().activity.register(client);
-            sim.client(name, async move {
+            clients.add(name, async move {
                 if client == GRANTOR {
                     auth_workload::run_grantor(plan, endpoints, history.clone(), ready).await;
                 } else {
@@ -377,20 +379,9 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
     {
         let (queue, endpoints, until) = (operator_queue.clone(), endpoints.clone(), scenario.workload);
         history.borrow_mut().activity.register(OPERATOR);
-        sim.client("operator", run_operator(queue, endpoints, until, history.clone()));
+        clients.add("operator", run_operator(queue, endpoints, until, history.clone()));
     }
 
-    let mut host_names: Vec<String> = members.iter().map(|member| host(member.id)).collect();
-    host_names.extend((0..scenario.kv_clients).map(|client| format!("c{client}")));
-    host_names.extend((1..=scenario.members).map(|id| format!("w{id}")));
-    host_names.extend((0..scenario.lock_clients).map(|index| format!("l{index}")));
-    for index in 0..scenario.queue_clients {
-        host_names.extend([format!("p{index}"), format!("q{index}")]);
-    }
-    host_names.extend(["grantor", "tenant", "operator", "verifier"].map(str::to_owned));
-    if scenario.mix == FaultMix::Storage {
-        host_names.push("bulk".to_owned());
-    }
     let verification = Rc::new(RefCell::new(Verification::default()));
     {
         let context = VerifierContext {
@@ -402,8 +393,11 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
             healed_at: scenario.workload,
             verification: verification.clone(),
         };
-        sim.client("verifier", verify(context));
+        clients.add("verifier", verify(context));
     }
+    clients.install(&mut sim);
+    let mut host_names: Vec<String> = members.iter().map(|member| host(member.id)).collect();
+    host_names.push(CLIENT_HOST.to_owned());
 
     let mut faults: VecDeque<(Duration, Fault)> = scenario.faults.iter().cloned().collect();
     for heal in [
