@@ -9,20 +9,7 @@ use std::process::Command;
 use lode_client::connection::{context, dial};
 use lode_client::protocol::{Consistency, Operation, Query, ReadRequest, WriteRequest};
 use lode_client::tls::Transport;
-use support::{wait_until, TestCluster};
-
-fn set(namespace: &str, key: Vec<u8>, value: Vec<u8>) -> Operation {
-    Operation::Set {
-        namespace: namespace.to_owned(),
-        key,
-        value,
-        encoding: Default::default(),
-        expires_at_micros: None,
-        precondition: None,
-        fence: None,
-        session: None,
-    }
-}
+use support::{plain_set, wait_until, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_invalid_and_names_the_limit() {
@@ -32,14 +19,20 @@ async fn bad_input_is_invalid_and_names_the_limit() {
 
     // The SDK refuses before sending.
     let cases: Vec<(Operation, &str)> = vec![
-        (set("", b"k".to_vec(), b"v".to_vec()), "namespace must not be empty"),
         (
-            set(&"n".repeat(257), b"k".to_vec(), b"v".to_vec()),
+            plain_set("", b"k".to_vec(), b"v".to_vec()),
+            "namespace must not be empty",
+        ),
+        (
+            plain_set(&"n".repeat(257), b"k".to_vec(), b"v".to_vec()),
             "namespace_bytes_max = 256",
         ),
-        (set("ok", Vec::new(), b"v".to_vec()), "key must not be empty"),
-        (set("ok", vec![7; 2049], b"v".to_vec()), "key_bytes_max = 2048"),
-        (set("ok", b"k".to_vec(), vec![7; 65_537]), "value_bytes_max = 65536"),
+        (plain_set("ok", Vec::new(), b"v".to_vec()), "key must not be empty"),
+        (plain_set("ok", vec![7; 2049], b"v".to_vec()), "key_bytes_max = 2048"),
+        (
+            plain_set("ok", b"k".to_vec(), vec![7; 65_537]),
+            "value_bytes_max = 65536",
+        ),
     ];
     let client = cluster.client();
     for (operation, message) in &cases {
@@ -56,7 +49,7 @@ async fn bad_input_is_invalid_and_names_the_limit() {
         );
     }
     let too_many = (0..1001)
-        .map(|index| set("ok", format!("k{index}").into_bytes(), Vec::new()))
+        .map(|index| plain_set("ok", format!("k{index}").into_bytes(), Vec::new()))
         .collect();
     let error = client
         .write(WriteRequest {
@@ -67,7 +60,9 @@ async fn bad_input_is_invalid_and_names_the_limit() {
         .expect_err("too many");
     assert!(error.to_string().contains("operations_per_write_max = 1000"), "{error}");
 
-    let heavy: Vec<Operation> = (0..13).map(|index| set("ok", vec![index], vec![0; 65_536])).collect();
+    let heavy: Vec<Operation> = (0..13)
+        .map(|index| plain_set("ok", vec![index], vec![0; 65_536]))
+        .collect();
     let error = client
         .write(WriteRequest {
             op_id: 3,

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use lode_client::protocol::{Operation, WriteRequest};
+use lode_client::protocol::WriteRequest;
 use lode_client::{Client, Consistency};
 use support::{wait_for_voter, wait_until, TestCluster};
 
@@ -14,16 +14,7 @@ const NAMESPACE: &str = "test";
 fn set_request(op_id: u128, key: &[u8], value: &[u8]) -> WriteRequest {
     WriteRequest {
         op_id,
-        operations: vec![Operation::Set {
-            namespace: NAMESPACE.to_owned(),
-            key: key.to_vec(),
-            value: value.to_vec(),
-            encoding: Default::default(),
-            expires_at_micros: None,
-            precondition: None,
-            fence: None,
-            session: None,
-        }],
+        operations: vec![support::plain_set(NAMESPACE, key.to_vec(), value.to_vec())],
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lode_client::connection::Connection;
-use lode_client::protocol::{Consistency, Operation, Query, ReadRequest, WriteRequest};
+use lode_client::protocol::{Consistency, Query, ReadRequest, WriteRequest};
 use lode_client::tls::Transport;
 use lode_client::LodeError;
 use support::TestCluster;
@@ -63,19 +63,6 @@ struct Ended {
     took: Duration,
 }
 
-fn set(key: usize, value: Vec<u8>) -> Operation {
-    Operation::Set {
-        namespace: NAMESPACE.to_owned(),
-        key: format!("k{key}").into_bytes(),
-        value,
-        encoding: Default::default(),
-        expires_at_micros: None,
-        precondition: None,
-        fence: None,
-        session: None,
-    }
-}
-
 fn classify<T>(outcome: Result<Result<T, LodeError>, lode_client::connection::CallFailure>) -> Result<T, Ending> {
     match outcome {
         Ok(Ok(answer)) => Ok(answer),
@@ -98,7 +85,11 @@ async fn one_call(connection: &Connection, connection_number: usize, call: usize
         value.resize(VALUE_BYTES, b'.');
         let request = WriteRequest {
             op_id: number as u128 + 1,
-            operations: vec![set(key, value.clone())],
+            operations: vec![support::plain_set(
+                NAMESPACE,
+                format!("k{key}").into_bytes(),
+                value.clone(),
+            )],
         };
         let outcome = connection
             .call(CALL_TIMEOUT, |client, context| async move {
@@ -135,16 +126,6 @@ async fn one_call(connection: &Connection, connection_number: usize, call: usize
         ending,
         took: started.elapsed(),
     }
-}
-
-/// A process's peak resident memory (VmHWM), in KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM")
 }
 
 fn percentile(sorted: &[Duration], share: usize) -> Duration {
@@ -301,7 +282,7 @@ async fn a_burst_past_capacity_is_answered_with_backpressure_and_keeps_the_leade
 
     for id in cluster.running() {
         let process = cluster.members[&id].process.as_ref().expect("running");
-        let peak = peak_rss_kib(process.id());
+        let peak = support::memory_kib(process.id(), "VmHWM");
         eprintln!("member {id}: peak resident memory {} MiB", peak / 1024);
         assert!(peak <= MEMBER_RSS_KIB_MAX, "member {id} peaked at {peak} KiB");
     }

@@ -11,16 +11,6 @@ use support::TestCluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A process's resident memory, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
 fn pid(cluster: &TestCluster, id: u64) -> u32 {
     cluster.members[&id].process.as_ref().expect("running").id()
 }
@@ -51,7 +41,7 @@ async fn frames_announced_past_the_limit_are_refused_before_they_are_buffered() 
         .send()
         .await
         .expect("write");
-    let before = rss_kib(pid(&cluster, 1));
+    let before = support::memory_kib(pid(&cluster, 1), "VmRSS");
     let mut floods = Vec::new();
     // Each announces an 80 MiB frame and sends 4 MiB of it, on the client
     // port (limit 2 MiB) and the peer port (limit 80 MiB: what arrives is
@@ -76,7 +66,7 @@ async fn frames_announced_past_the_limit_are_refused_before_they_are_buffered() 
             "the client port kept a connection that announced 80 MiB"
         );
     }
-    let after = rss_kib(pid(&cluster, 1));
+    let after = support::memory_kib(pid(&cluster, 1), "VmRSS");
     // Four peer-port floods of 4 MiB each arrived; allow their bytes twice
     // over (the buffer doubles as it grows) and some noise.
     let growth_mib = after.saturating_sub(before) / 1024;

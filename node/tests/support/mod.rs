@@ -18,6 +18,31 @@ pub mod verdict;
 
 pub const WAIT_MAX: Duration = Duration::from_secs(60);
 
+/// An unconditional, non-expiring `set` of `value` at `key`.
+pub fn plain_set(namespace: &str, key: Vec<u8>, value: Vec<u8>) -> lode_client::protocol::Operation {
+    lode_client::protocol::Operation::Set {
+        namespace: namespace.to_owned(),
+        key,
+        value,
+        encoding: Default::default(),
+        expires_at_micros: None,
+        precondition: None,
+        fence: None,
+        session: None,
+    }
+}
+
+/// One memory figure of a process's `/proc/<pid>/status`, in KiB: `VmRSS`
+/// (resident now) or `VmHWM` (peak resident).
+pub fn memory_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
+}
+
 /// Picks a free loopback port by binding port 0, never one this test
 /// process handed out before (tests run in parallel, and a member has three
 /// ports).
