@@ -29,9 +29,13 @@ pub struct ReadIndex {
 pub fn leader_error(error: RaftError<u64, CheckIsLeaderError<u64, lode_raft_store::Member>>) -> LodeError {
     match error {
         RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)) => crate::leadership::not_leader(forward),
-        RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(quorum)) => {
-            LodeError::Unavailable(format!("no quorum confirmed the leader: {quorum}"))
-        }
+        // openraft's own text for this error spells out the whole membership,
+        // addresses included; the members that did answer are what a caller
+        // can act on.
+        RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(quorum)) => LodeError::Unavailable(format!(
+            "no quorum confirmed the leader in time; members that answered: {:?}",
+            quorum.got
+        )),
         RaftError::Fatal(fatal) => LodeError::Unavailable(format!("raft stopped: {fatal}")),
     }
 }
