@@ -251,6 +251,7 @@ impl Node {
             leading_since: std::sync::Mutex::new(None),
             admission: crate::admission::Admission::new(holds_state),
             lost_members,
+            refusal_rechecks: tokio::sync::Semaphore::new(crate::service::REFUSAL_RECHECKS_MAX),
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);

@@ -65,6 +65,10 @@ pub struct NodeService {
     pub caller: CallerSlot,
 }
 
+/// Most refusals being decided again after a catch-up at once, per member;
+/// each costs a linearizable read, forwarded to the leader from a follower.
+pub const REFUSAL_RECHECKS_MAX: usize = 64;
+
 fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, LodeError> {
     lode_types::binary::decode(payload)
         .map_err(|error| LodeError::Invalid(format!("raft payload does not decode: {error}")))
@@ -897,16 +901,23 @@ impl NodeService {
     /// A backup of this member's state once it has applied what the leader
     /// had committed (a linearizable read's position), so it holds every
     /// write acknowledged before it was asked for.
-    async fn backup_request(self) -> Result<(u64, lode_types::backup::BackupHeader), LodeError> {
+    /// Waits until this member has applied everything the leader had
+    /// committed when the call began (a linearizable read as barrier), so
+    /// what it decides next sees every change acknowledged before.
+    async fn catch_up(&self) -> Result<(), LodeError> {
         let barrier = ReadRequest {
             query: Query::Exists {
-                namespace: "backup".to_owned(),
+                namespace: "barrier".to_owned(),
                 key: b"barrier".to_vec(),
             },
             consistency: Consistency::Linearizable,
         };
         let position = self.clone().read_request(barrier).await?.position;
-        self.wait_applied(position).await?;
+        self.wait_applied(position).await
+    }
+
+    async fn backup_request(self) -> Result<(u64, lode_types::backup::BackupHeader), LodeError> {
+        self.catch_up().await?;
         let cluster = self
             .shared
             .cluster
@@ -921,6 +932,36 @@ impl NodeService {
             return Ok(Allowed::Everything);
         }
         self.shared.auth.allowed(&self.caller, self.shared.clock.now_micros())
+    }
+
+    /// What the caller may touch, passed through `check`, decided as
+    /// [`Self::decide_current`] does.
+    async fn allowed_checked(&self, check: impl Fn(&Allowed) -> Result<(), LodeError>) -> Result<Allowed, LodeError> {
+        self.decide_current(|| self.allowed().and_then(|allowed| check(&allowed).map(|()| allowed)))
+            .await
+    }
+
+    /// Runs an auth decision; a refusal (`unauthorized`, `forbidden`) is
+    /// decided again after [`Self::catch_up`], since a follower that has not
+    /// yet applied a token or grant the leader acknowledged must not refuse
+    /// a call made after it. The first decision stands when this member
+    /// cannot catch up (no leader, or not in a cluster yet: a spare still
+    /// refuses every token but its bootstrap one), and past
+    /// [`REFUSAL_RECHECKS_MAX`] rechecks at once (a caller trying token
+    /// after token).
+    async fn decide_current<T>(&self, decide: impl Fn() -> Result<T, LodeError>) -> Result<T, LodeError> {
+        match decide() {
+            Err(refusal @ (LodeError::Unauthorized | LodeError::Forbidden { .. })) => {
+                let Ok(_recheck) = self.shared.refusal_rechecks.try_acquire() else {
+                    return Err(refusal);
+                };
+                match self.catch_up().await {
+                    Ok(()) => decide(),
+                    Err(_) => Err(refusal),
+                }
+            }
+            decided => decided,
+        }
     }
 }
 
@@ -951,8 +992,9 @@ impl LodeService for NodeService {
         );
         let span = self.request_span("write");
         let result = async {
-            let allowed = self.allowed()?;
-            allowed.check_write(&request.operations)?;
+            let allowed = self
+                .allowed_checked(|allowed| allowed.check_write(&request.operations))
+                .await?;
             self.write_request(request, allowed.grants_revision()).await
         }
         .instrument(span)
@@ -996,8 +1038,9 @@ impl LodeService for NodeService {
         );
         let span = self.request_span("read");
         let result = async move {
-            let allowed = self.allowed()?;
-            allowed.check_query(&request.query)?;
+            let allowed = self
+                .allowed_checked(|allowed| allowed.check_query(&request.query))
+                .await?;
             let response = self.read_request(request).await?;
             Ok(filter_answer(&allowed, response))
         }
@@ -1029,10 +1072,12 @@ impl LodeService for NodeService {
         Ok(status)
     }
 
+    /// A token this member does not know may have been issued moments ago
+    /// on the leader: it is checked again once this member has caught up.
     async fn authenticate(self, _: Context, token: AccessToken) -> Result<String, LodeError> {
-        self.shared
-            .auth
-            .authenticate(&self.caller, &token, self.shared.clock.now_micros())
+        let now_micros = || self.shared.clock.now_micros();
+        self.decide_current(|| self.shared.auth.authenticate(&self.caller, &token, now_micros()))
+            .await
     }
 
     async fn capabilities(self, _: Context) -> Vec<Capability> {
@@ -1060,33 +1105,35 @@ impl LodeService for NodeService {
     ) -> Result<ClusterStatus, LodeError> {
         let _in_flight = self.in_flight();
         let span = self.request_span("add_member");
-        self.allowed()?.require_admin("add_member")?;
+        self.allowed_checked(|allowed| allowed.require_admin("add_member"))
+            .await?;
         self.add_member_request(id, addresses, cluster).instrument(span).await
     }
 
     async fn remove_member(self, _context: Context, id: u64, force: bool) -> Result<ClusterStatus, LodeError> {
         let _in_flight = self.in_flight();
         let span = self.request_span("remove_member");
-        self.allowed()?.require_admin("remove_member")?;
+        self.allowed_checked(|allowed| allowed.require_admin("remove_member"))
+            .await?;
         self.remove_member_request(id, force).instrument(span).await
     }
 
     async fn backup_begin(self, _: Context) -> Result<(u64, lode_types::backup::BackupHeader), LodeError> {
         let _in_flight = self.in_flight();
         let span = self.request_span("backup_begin");
-        self.allowed()?.require_admin("backup")?;
+        self.allowed_checked(|allowed| allowed.require_admin("backup")).await?;
         self.backup_request().instrument(span).await
     }
 
     async fn backup_read(self, _: Context, backup: u64, offset: u64, length: u32) -> Result<ByteBuf, LodeError> {
         let _in_flight = self.in_flight();
-        self.allowed()?.require_admin("backup")?;
+        self.allowed_checked(|allowed| allowed.require_admin("backup")).await?;
         let chunk = self.shared.backups.read(backup, offset, length).await?;
         Ok(ByteBuf::from(chunk))
     }
 
     async fn backup_end(self, _: Context, backup: u64) -> Result<(), LodeError> {
-        self.allowed()?.require_admin("backup")?;
+        self.allowed_checked(|allowed| allowed.require_admin("backup")).await?;
         self.shared.backups.end(backup);
         Ok(())
     }

@@ -49,6 +49,9 @@ pub struct Shared {
     pub admission: crate::admission::Admission,
     /// Members that answered `not_admitted`, for the leader to readmit.
     pub lost_members: Arc<crate::admission::LostMembers>,
+    /// Refusals being decided again after a catch-up
+    /// (`service::REFUSAL_RECHECKS_MAX`).
+    pub refusal_rechecks: tokio::sync::Semaphore,
 }
 
 /// Voter ids in the current membership.

@@ -2,8 +2,9 @@
 //! bootstrap token: what each token may read and write, what a refusal
 //! says, that a refused atomic write applies nothing, that listings and
 //! the change feed show only what the caller may read, that only admins
-//! change the membership, and that revoked and expired tokens stop working
-//! on every member.
+//! change the membership, that a token or grant given moments ago works on
+//! a follower that had not applied it yet, and that revoked and expired
+//! tokens stop working on every member.
 
 mod support;
 
@@ -60,16 +61,7 @@ async fn grants_decide_what_each_token_may_read_write_and_see() {
         to_key: b"copied".to_vec(),
         remove_source: false,
     };
-    let scratch = Operation::Set {
-        namespace: "scratch".to_owned(),
-        key: b"x".to_vec(),
-        value: b"1".to_vec(),
-        encoding: Default::default(),
-        expires_at_micros: None,
-        precondition: None,
-        fence: None,
-        session: None,
-    };
+    let scratch = support::plain_set("scratch", b"x".to_vec(), b"1".to_vec());
     let request = WriteRequest {
         op_id: lode_client::sdk::new_op_id(),
         operations: vec![scratch, copy],
@@ -98,6 +90,92 @@ async fn grants_decide_what_each_token_may_read_write_and_see() {
     assert!(refused.is_forbidden(), "{refused}");
     let status = reader.cluster_status().await.expect("status");
     assert!(status.members.iter().all(|member| member.peer_address.is_empty()));
+    cluster.assert_no_errors();
+}
+
+/// Whether a connection to the member at `address` holds bytes the member
+/// has not read yet (it is stopped, so a call sent to it waits there).
+fn unread_call_at(address: &str) -> bool {
+    let port = address.rsplit(':').next().expect("address has a port");
+    let output = std::process::Command::new("ss")
+        .args(["-Htn", "state", "established", &format!("( sport = :{port} )")])
+        .output()
+        .expect("ss (iproute2)");
+    assert!(output.status.success(), "ss failed: {output:?}");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .any(|line| line.split_whitespace().next().is_some_and(|unread| unread != "0"))
+}
+
+/// Sends `call` to the stopped `follower` and lets the member go on once
+/// the call waits in its socket, so the call arrives before the leader's
+/// next append does.
+async fn resume_once_sent<T: Send + 'static>(
+    cluster: &support::TestCluster,
+    follower: u64,
+    call: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let call = tokio::spawn(call);
+    let address = cluster.address_of(follower);
+    wait_until("the call to wait at the stopped follower", || async {
+        unread_call_at(&address).then_some(())
+    })
+    .await;
+    cluster.signal(follower, "CONT");
+    call.await.expect("call task")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_and_a_grant_given_moments_ago_work_on_a_follower_that_lags() {
+    let Secured {
+        cluster, root_token, ..
+    } = secured().await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.a_follower(leader);
+    let root = client_with(&cluster, vec![cluster.address_of(leader)], &root_token);
+    for namespace in ["config", "other", "secrets"] {
+        root.kv(namespace)
+            .set("k")
+            .bytes("v")
+            .send()
+            .await
+            .expect("root writes");
+    }
+
+    // Stopped, the follower misses the user and its token.
+    cluster.signal(follower, "STOP");
+    let issued = user_with(&root, "late", &["read:config"]).await;
+    let late = client_with(&cluster, vec![cluster.address_of(follower)], &issued.token);
+    let read = resume_once_sent(&cluster, follower, {
+        let late = late.clone();
+        async move { late.kv("config").get("k").await }
+    })
+    .await
+    .expect("a token issued before the call works on a follower that had not applied it");
+    assert_eq!(read, Some(b"v".to_vec()));
+
+    // Then a grant, on a connection it has already authenticated.
+    cluster.signal(follower, "STOP");
+    let grants = ["read:config", "read:other"]
+        .iter()
+        .map(|grant| lode_types::auth::Grant::parse(grant).expect("grant"))
+        .collect();
+    root.auth().put_role("late", grants).await.expect("grant read:other");
+    let read = resume_once_sent(&cluster, follower, {
+        let late = late.clone();
+        async move { late.kv("other").get("k").await }
+    })
+    .await
+    .expect("a grant given before the call is honoured by a follower that had not applied it");
+    assert_eq!(read, Some(b"v".to_vec()));
+
+    // Refusals still hold once the follower has caught up.
+    let refused = late.kv("secrets").get("k").await.expect_err("no grant on secrets");
+    assert_forbidden(refused, "secrets");
+    let forged = lode_client::protocol::AccessToken(lode_client::auth::new_token().to_text());
+    let stranger = client_with(&cluster, vec![cluster.address_of(follower)], &forged);
+    let refused = stranger.kv("config").get("k").await.expect_err("an unknown token");
+    assert!(refused.is_unauthorized(), "{refused}");
     cluster.assert_no_errors();
 }
 
