@@ -293,8 +293,17 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
                         .is_some_and(|stored| stored.index >= log_id.index)
                 };
                 let deadline = tokio::time::Instant::now() + *wait;
-                while !covers(snapshot) && tokio::time::Instant::now() < deadline {
+                while !covers(snapshot) && !snapshot.state_machine_failed() && tokio::time::Instant::now() < deadline {
                     tokio::time::sleep(PURGE_POLL_INTERVAL).await;
+                }
+                if !covers(snapshot) && snapshot.state_machine_failed() {
+                    // Waiting would hold openraft's core, which answers no
+                    // peer meanwhile, for `wait`; failing stops the member
+                    // now, as its state machine's error is about to.
+                    return Err(write_error(EngineError::io(
+                        "purging the log",
+                        std::io::Error::other("the state machine failed before its snapshot reached the disk"),
+                    )));
                 }
                 match snapshot.last_log_id() {
                     Some(stored) if stored.index >= log_id.index => log_id,

@@ -5,6 +5,7 @@
 //! State-machine data and `last_applied` always go in one write batch, so a
 //! crash never leaves state that disagrees with the position it claims.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
@@ -47,6 +48,8 @@ pub struct StateMachineStore<E: Engine> {
 #[derive(Clone, Debug, Default)]
 pub struct SnapshotOnDisk {
     last_log_id: Arc<std::sync::Mutex<Option<LogId<NodeId>>>>,
+    /// Set by the first state machine write that fails.
+    failed: Arc<AtomicBool>,
 }
 
 impl SnapshotOnDisk {
@@ -59,6 +62,19 @@ impl SnapshotOnDisk {
     /// The last log id the snapshot on disk covers.
     pub fn last_log_id(&self) -> Option<LogId<NodeId>> {
         *self.lock()
+    }
+
+    /// Whether a state machine write failed. openraft 0.9 stops the state
+    /// machine's worker at its first error, so no snapshot it was saving
+    /// will reach the disk, and a purge waiting for one must stop waiting.
+    pub fn state_machine_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Notes a failed state machine write, as openraft's error.
+    fn failure(&self, error: EngineError) -> StorageError<NodeId> {
+        self.failed.store(true, Ordering::Release);
+        write_error(error)
     }
 }
 
@@ -130,6 +146,7 @@ impl<E: Engine> StateMachineStore<E> {
             snapshot_sequence: 0,
             stored_snapshot: SnapshotOnDisk {
                 last_log_id: Arc::new(std::sync::Mutex::new(stored_snapshot)),
+                failed: Arc::default(),
             },
             observer: None,
         })
@@ -219,6 +236,7 @@ impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
         let (checkpoint, meta) = taken
             .map_err(|message| read_error(EngineError::io("taking a checkpoint", std::io::Error::other(message))))?;
         let stored_snapshot = self.stored_snapshot.clone();
+        let on_disk = self.stored_snapshot.clone();
         let began = tokio::time::Instant::now();
         let (meta, image) = run_blocking(&self.engine, move |engine| {
             let image = engine.pack(checkpoint)?;
@@ -230,7 +248,7 @@ impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
             Ok((meta, image))
         })
         .await
-        .map_err(write_error)?;
+        .map_err(|error| on_disk.failure(error))?;
         tracing::info!(snapshot = %meta.snapshot_id, image = ?image, "built snapshot");
         if let Some(observer) = &self.observer {
             let bytes = image.path().and_then(|path| std::fs::metadata(path).ok()).map_or_else(
@@ -266,7 +284,8 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         let mut last_index = None;
         for entry in entries {
             let began = self.observer.as_ref().map(|_| tokio::time::Instant::now());
-            outcomes.push(self.apply_entry(&entry).map_err(write_error)?);
+            let outcome = self.apply_entry(&entry);
+            outcomes.push(outcome.map_err(|error| self.stored_snapshot.failure(error))?);
             if let (Some(observer), Some(began)) = (&self.observer, began) {
                 let commands = match &entry.payload {
                     EntryPayload::Normal(proposal) => proposal.commands.len(),
@@ -317,7 +336,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotImage>, StorageError<NodeId>> {
         let image = run_blocking(&self.engine, |engine| engine.receiving_image())
             .await
-            .map_err(write_error)?;
+            .map_err(|error| self.stored_snapshot.failure(error))?;
         Ok(Box::new(image))
     }
 
@@ -353,10 +372,10 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
             applied_log_id(engine)
         })
         .await
-        .map_err(write_error)?;
+        .map_err(|error| self.stored_snapshot.failure(error))?;
         // Checked after restoring: the image must be the state the meta names.
         if installed != meta.last_log_id {
-            return Err(write_error(EngineError::corrupt(
+            return Err(self.stored_snapshot.failure(EngineError::corrupt(
                 "snapshot",
                 format!("image is at {installed:?} but its meta says {:?}", meta.last_log_id),
             )));

@@ -337,6 +337,32 @@ async fn the_log_is_purged_only_as_far_as_the_snapshot_on_disk() -> TestResult {
     Ok(())
 }
 
+#[tokio::test]
+async fn a_purge_waits_for_no_snapshot_once_the_state_machine_failed() -> TestResult {
+    use openraft::storage::RaftLogStorage;
+    let engine = Arc::new(MemoryEngine::new());
+    let mut state = StateMachineStore::open(engine.clone())?;
+    let wait = std::time::Duration::from_secs(30);
+    let mut log = LogStore::new(Arc::new(MemoryEngine::new())).purging_only_behind(state.snapshot_on_disk(), wait);
+    state.apply(sample_log()).await?;
+    // The volume fills: the snapshot is never saved, and openraft stops the
+    // state machine at this error.
+    engine.set_full(true);
+    let failed = state.get_snapshot_builder().await.build_snapshot().await;
+    assert!(failed.is_err(), "a snapshot saved to a full volume");
+    assert!(state.snapshot_on_disk().state_machine_failed());
+    // Waiting would hold openraft's core for `wait`; the purge fails now.
+    let began = tokio::time::Instant::now();
+    let purged = log.purge(log_id(2, 1, 5)).await;
+    assert!(
+        purged.is_err(),
+        "a purge past a snapshot that will never be saved succeeded"
+    );
+    assert!(began.elapsed() < wait / 10, "the purge waited {:?}", began.elapsed());
+    assert_eq!(log.get_log_state().await?.last_purged_log_id, None);
+    Ok(())
+}
+
 fn command(time_micros: u64, op_id: Option<u128>, operations: Vec<Operation>) -> Command {
     Command::V1(CommandV1 {
         op_id: op_id.map(OpId),
