@@ -23,6 +23,9 @@ pub const VISIBILITY: Duration = Duration::from_millis(700);
 /// long without a break after the workload: longer than a visibility, the
 /// leader's sweep interval and the last retry delay together.
 pub const QUIET_TIME: Duration = Duration::from_secs(4);
+/// A claim answered slower than this was retried by the SDK through a
+/// time without a leader.
+const CLAIM_ANSWER_SLOW: Duration = Duration::from_millis(500);
 
 /// The key (in the `deno` namespace) that receives `payload` when every
 /// delivery of it fails.
@@ -107,6 +110,13 @@ pub async fn run_consumer(plan: QueuePlan, endpoints: Vec<String>, history: Shar
         let delivery = match claimed {
             Ok(Some(delivery)) => delivery,
             Ok(None) => {
+                // A slow answer means the SDK waited out a cluster without a
+                // leader; claims that ran out meanwhile are requeued only by
+                // the next leader's sweep, so the quiet time starts again.
+                let answered_at = tokio::time::Instant::now();
+                if answered_at.duration_since(now) > CLAIM_ANSWER_SLOW {
+                    quiet_since = Some(answered_at);
+                }
                 quiet_since.get_or_insert(now);
                 tokio::time::sleep(Duration::from_millis(random.gen_range(10..60))).await;
                 continue;

@@ -576,6 +576,32 @@ impl Driver {
         }
     }
 
+    /// Whether the voters other than `id` are a quorum of the newest
+    /// membership a running member holds. The membership mix removes a
+    /// founder after adding a spare; when the spare is still a learner
+    /// then, two voters remain, and losing one's disk would be a lost
+    /// quorum, which only `--force-new-cluster` recovers.
+    fn wipe_keeps_quorum(&self, id: u64) -> bool {
+        let newest = self
+            .members
+            .iter()
+            .filter_map(|member| {
+                let running = member.running.borrow();
+                let metrics = running.as_ref()?.raft.metrics().borrow().clone();
+                let membership = metrics.membership_config;
+                Some((
+                    *membership.log_id(),
+                    membership.membership().voter_ids().collect::<BTreeSet<u64>>(),
+                ))
+            })
+            .max();
+        let Some((_, voters)) = newest else {
+            return false;
+        };
+        let intact = voters.iter().filter(|voter| **voter != id).count();
+        intact > voters.len() / 2
+    }
+
     fn fill_volume(&self, id: u64) {
         if let Some(member) = self.members.iter().find(|member| member.id == id) {
             member.log.set_full(true);
@@ -585,7 +611,7 @@ impl Driver {
 
     fn apply(&mut self, sim: &mut turmoil::Sim<'_>, at: Duration, fault: Fault) {
         let ids = self.ids();
-        let description = format!("{:>6} ms {fault:?}", at.as_millis());
+        let mut description = format!("{:>6} ms {fault:?}", at.as_millis());
         match fault {
             Fault::Partition { side } => {
                 for a in &side {
@@ -621,9 +647,13 @@ impl Driver {
             }
             Fault::Wipe { id } => {
                 self.crash(sim, id);
-                if let Some(member) = self.members.iter().find(|member| member.id == id) {
-                    member.log.wipe();
-                    member.state.wipe();
+                if self.wipe_keeps_quorum(id) {
+                    if let Some(member) = self.members.iter().find(|member| member.id == id) {
+                        member.log.wipe();
+                        member.state.wipe();
+                    }
+                } else {
+                    description.push_str(" (a crash only: the other voters are no quorum)");
                 }
             }
             Fault::CrashLeader => {
