@@ -898,9 +898,6 @@ impl NodeService {
 impl NodeService {
     /// What this connection's caller may touch; members on the peer port
     /// may touch everything.
-    /// A backup of this member's state once it has applied what the leader
-    /// had committed (a linearizable read's position), so it holds every
-    /// write acknowledged before it was asked for.
     /// Waits until this member has applied everything the leader had
     /// committed when the call began (a linearizable read as barrier), so
     /// what it decides next sees every change acknowledged before.
@@ -916,6 +913,9 @@ impl NodeService {
         self.wait_applied(position).await
     }
 
+    /// A backup of this member's state once it has applied what the leader
+    /// had committed (a linearizable read's position), so it holds every
+    /// write acknowledged before it was asked for.
     async fn backup_request(self) -> Result<(u64, lode_types::backup::BackupHeader), LodeError> {
         self.catch_up().await?;
         let cluster = self
