@@ -10,6 +10,15 @@ fn at(milliseconds: u64, fault: Fault) -> (Duration, Fault) {
     (Duration::from_millis(milliseconds), fault)
 }
 
+fn assert_passes(scenario: &Scenario) {
+    let report = run(scenario);
+    assert!(
+        report.violations.is_empty(),
+        "{}",
+        lode_sim_tests::simulation::describe_violations(&report.violations)
+    );
+}
+
 /// A leader isolated long enough to be replaced catches up by snapshot
 /// install; its proposals from before were never answered by openraft, and
 /// once it led again it never wrote (no write for 30 s after the heal).
@@ -23,21 +32,7 @@ fn a_leader_that_caught_up_by_snapshot_writes_again() {
         at(3_990, Fault::Partition { side: vec![3] }),
         at(6_955, Fault::HealNetwork),
     ];
-    let report = run(&scenario);
-    assert!(
-        report.violations.is_empty(),
-        "{}",
-        lode_sim_tests::simulation::describe_violations(&report.violations)
-    );
-}
-
-fn assert_passes(scenario: &Scenario) {
-    let report = run(scenario);
-    assert!(
-        report.violations.is_empty(),
-        "{}",
-        lode_sim_tests::simulation::describe_violations(&report.violations)
-    );
+    assert_passes(&scenario);
 }
 
 /// A follower's volume filled while it saved a snapshot: openraft's state
