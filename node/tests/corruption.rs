@@ -12,10 +12,13 @@ use std::process::Command;
 
 use support::{run_checked, wait_for_voter, TestCluster};
 
-/// Small, so snapshots (which flush the state into tables) happen often.
+/// Small, so the replaced member catches up from a snapshot.
 const SNAPSHOT_LOGS_MAX: u64 = 50;
 const VALUES: usize = 300;
-const VALUE_BYTES: usize = 2_000;
+/// Large enough that the values (12 MB) overflow the state's memtable of
+/// entries (8 MiB, `MEMTABLE_BYTES_BUSY` in raft-store's `rocks.rs`), so the
+/// state holds table files to damage: a snapshot no longer flushes them.
+const VALUE_BYTES: usize = 40_000;
 const NAMESPACE: &str = "damage";
 
 fn value_of(index: usize) -> Vec<u8> {

@@ -118,8 +118,16 @@ const _: () = assert!(MEMTABLE_BYTES_BUSY * 3 <= MEMTABLE_BYTES_MAX);
 /// families that hold the oldest one. A family written rarely (metadata)
 /// otherwise keeps every log file since its last flush alive: RocksDB's
 /// default allows four times all memtables, about 170 MiB an instance.
-pub const WAL_BYTES_MAX: u64 = 2 * MEMTABLE_BYTES_MAX as u64;
+/// A snapshot's checkpoint copies the log files instead of flushing, so
+/// this also bounds what an image carries beside the table files.
+pub const WAL_BYTES_MAX: u64 = MEMTABLE_BYTES_MAX as u64;
 const _: () = assert!(WAL_BYTES_MAX >= MEMTABLE_BYTES_MAX as u64);
+/// Bytes a table file (a flush's or a compaction's) is written before
+/// RocksDB asks the kernel to write them out. Without it a compaction's
+/// output piles up as dirty pages until its final sync, and a synced
+/// append of the log, queued behind that writeback in the file system's
+/// journal, waits for all of it.
+const TABLE_BYTES_PER_SYNC: u64 = 1 << 20;
 
 fn options() -> Options {
     let mut options = Options::default();
@@ -130,6 +138,7 @@ fn options() -> Options {
     options.set_keep_log_file_num(4);
     options.set_db_write_buffer_size(MEMTABLE_BYTES_MAX);
     options.set_max_total_wal_size(WAL_BYTES_MAX);
+    options.set_bytes_per_sync(TABLE_BYTES_PER_SYNC);
     // Every file's size is checked against the manifest at open, and a
     // write-ahead log record that fails its checksum fails the open, unless
     // it is a torn last record (a crash during an unsynced write). RocksDB's
@@ -491,7 +500,12 @@ impl Engine for RocksEngine {
         if directory.exists() {
             fs::remove_dir_all(&directory).map_err(io_context(&directory, "removing"))?;
         }
-        rocksdb::checkpoint::Checkpoint::new(db)?.create_checkpoint(&directory)?;
+        // Taken between two applies, which wait for it: a checkpoint that
+        // first flushed every memtable (RocksDB's default) held apply up
+        // for the whole flush. Below `WAL_BYTES_MAX` (which the instance's
+        // own flushes keep the log files under) it copies the write-ahead
+        // log files instead, which an open of the image replays.
+        rocksdb::checkpoint::Checkpoint::new(db)?.create_checkpoint_with_log_size(&directory, WAL_BYTES_MAX)?;
         Ok(RocksCheckpoint { directory })
     }
 
