@@ -31,6 +31,11 @@ pub const PROPOSAL_BYTES_MAX: usize = 2 << 20;
 /// Most proposals appended but not yet applied; more in flight means smaller
 /// groups, fewer means less pipelining.
 pub const PROPOSALS_IN_FLIGHT_MAX: usize = 4;
+/// Times the proposer lets other tasks run, while earlier proposals are
+/// in flight, for commands to gather into the next entry.
+pub const GATHER_YIELDS_MAX: usize = 4;
+/// Commands waiting past which the proposer proposes at once.
+pub const GATHER_COMMANDS_MIN: usize = 8;
 /// Most commands waiting for a proposal; beyond it writers get `unavailable`.
 pub const COMMANDS_WAITING_MAX: usize = 65_536;
 /// Most encoded bytes of commands waiting for a proposal; beyond it writers
@@ -255,6 +260,17 @@ fn take_group(queue: &mut VecDeque<Waiting>) -> Vec<Waiting> {
     group
 }
 
+/// Moves the commands that have arrived into `queue`, up to two entries'
+/// worth.
+fn drain(receiver: &mut mpsc::Receiver<Waiting>, queue: &mut VecDeque<Waiting>) {
+    while queue.len() < PROPOSAL_COMMANDS_MAX * 2 {
+        match receiver.try_recv() {
+            Ok(waiting) => queue.push_back(waiting),
+            Err(_) => break,
+        }
+    }
+}
+
 /// What the proposing task shares with its handle.
 struct RunState {
     held: watch::Receiver<bool>,
@@ -274,11 +290,19 @@ async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, rete
                 None => return,
             }
         }
-        while queue.len() < PROPOSAL_COMMANDS_MAX * 2 {
-            match receiver.try_recv() {
-                Ok(waiting) => queue.push_back(waiting),
-                Err(_) => break,
-            }
+        drain(&mut receiver, &mut queue);
+        // While other proposals are in flight this one adds no latency
+        // by letting the tasks that are decoding writers' requests run
+        // first: their commands join it instead of each taking an entry
+        // (an append, a sync and a replication round) of its own.
+        let mut yields = 0;
+        while yields < GATHER_YIELDS_MAX
+            && queue.len() < GATHER_COMMANDS_MIN
+            && state.proposing.load(Ordering::Acquire) > 0
+        {
+            tokio::task::yield_now().await;
+            drain(&mut receiver, &mut queue);
+            yields += 1;
         }
         while *state.held.borrow_and_update() {
             if state.held.changed().await.is_err() {
