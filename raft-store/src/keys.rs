@@ -83,15 +83,6 @@ pub fn split_expiry_key(stored: &[u8]) -> Option<(u64, &[u8])> {
     Some((time, &stored[8..]))
 }
 
-/// Dedup-by-time key: the record's time then the op id, so pruning reads the
-/// oldest records first.
-pub fn dedup_time_key(time_micros: u64, op_id: u128) -> [u8; 24] {
-    let mut out = [0u8; 24];
-    out[..8].copy_from_slice(&time_micros.to_be_bytes());
-    out[8..].copy_from_slice(&op_id.to_be_bytes());
-    out
-}
-
 /// The smallest byte string greater than every string that starts with
 /// `prefix`, or `None` when no such bound exists (all 0xff).
 pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
@@ -130,7 +121,8 @@ pub mod meta {
     pub const CHANGE_COUNT: &[u8] = b"change_count";
     pub const CHANGE_BYTES: &[u8] = b"change_bytes";
     pub const CHANGE_TRIMMED_THROUGH: &[u8] = b"change_trimmed_through";
-    pub const DEDUP_PRUNED_THROUGH: &[u8] = b"dedup_pruned_through";
+    /// No dedup record older than this time (u64 microseconds) answers.
+    pub const DEDUP_FORGOTTEN_BEFORE: &[u8] = b"dedup_forgotten_before";
     /// The cluster this member belongs to (log engine).
     pub const CLUSTER_ID: &[u8] = b"cluster_id";
 }

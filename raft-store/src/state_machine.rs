@@ -222,25 +222,38 @@ fn changes_auth(payload: &EntryPayload<TypeConfig>) -> bool {
     })
 }
 
+/// A checkpoint, its meta and its dedup forgotten-before time, read together.
+struct TakenCheckpoint<E: Engine> {
+    checkpoint: E::Checkpoint,
+    meta: SnapshotMeta<NodeId, Member>,
+    dedup_forgotten_before_micros: u64,
+}
+
 /// Builds one snapshot from a checkpoint taken when the builder was made.
 pub struct SnapshotBuilder<E: Engine> {
     engine: Arc<E>,
     stored_snapshot: SnapshotOnDisk,
-    taken: Result<(E::Checkpoint, SnapshotMeta<NodeId, Member>), String>,
+    taken: Result<TakenCheckpoint<E>, String>,
     observer: crate::observer::Observer,
 }
 
 impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let taken = std::mem::replace(&mut self.taken, Err("snapshot builder used twice".to_owned()));
-        let (checkpoint, meta) = taken
+        let TakenCheckpoint {
+            checkpoint,
+            meta,
+            dedup_forgotten_before_micros,
+        } = taken
             .map_err(|message| read_error(EngineError::io("taking a checkpoint", std::io::Error::other(message))))?;
         let stored_snapshot = self.stored_snapshot.clone();
         let on_disk = self.stored_snapshot.clone();
         let began = tokio::time::Instant::now();
         let (meta, image) = run_blocking(&self.engine, move |engine| {
             let image = engine.pack(checkpoint)?;
-            if !save_if_newer(engine, &stored_snapshot, &meta, &image)? {
+            if save_if_newer(engine, &stored_snapshot, &meta, &image)? {
+                engine.forget_dedup_records_before(dedup_forgotten_before_micros);
+            } else {
                 // Served from the open image, then gone: the newer one stays.
                 engine.discard_image(&image)?;
                 tracing::info!(snapshot = %meta.snapshot_id, "a newer snapshot was stored meanwhile; keeping it");
@@ -310,19 +323,21 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         let taken = (|| -> Result<_, EngineError> {
             let last_log_id = applied_log_id(engine.as_ref())?;
             let last_membership: Membership = read_meta(engine.as_ref(), meta::MEMBERSHIP)?.unwrap_or_default();
+            let dedup_forgotten_before_micros = crate::apply::dedup::forgotten_before(engine.as_ref())?;
             let checkpoint = engine.checkpoint()?;
             let snapshot_id = match last_log_id {
                 Some(log_id) => format!("{}-{}-{sequence}", log_id.leader_id.term, log_id.index),
                 None => format!("0-0-{sequence}"),
             };
-            Ok((
+            Ok(TakenCheckpoint {
                 checkpoint,
-                SnapshotMeta {
+                meta: SnapshotMeta {
                     last_log_id,
                     last_membership,
                     snapshot_id,
                 },
-            ))
+                dedup_forgotten_before_micros,
+            })
         })()
         .map_err(|error| error.to_string());
         SnapshotBuilder {
@@ -366,7 +381,9 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
             // state on restart, purges the log up to it.
             let saved = save_if_newer(engine, &stored_snapshot, &saved_meta, &image)?;
             engine.finish_restore(prepared)?;
-            if !saved {
+            if saved {
+                engine.forget_dedup_records_before(crate::apply::dedup::forgotten_before(engine)?);
+            } else {
                 engine.discard_image(&image)?;
             }
             applied_log_id(engine)

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use lode_raft_store::command::{Command, CommandV1, Encoding, OpId, Operation, OperationResult, Proposal, Rejection};
-use lode_raft_store::engine::Engine;
+use lode_raft_store::engine::{Engine, Space};
 use lode_raft_store::{CommandOutcome, LogStore, MemoryEngine, RocksEngine, StateMachineStore, TypeConfig};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::testing::log_id;
@@ -501,6 +501,95 @@ async fn dedup_records_expire_after_the_proposed_retention() -> TestResult {
     assert!(repeat.deduplicated, "{repeat:?}");
     assert_eq!(repeat.index, after.index);
     Ok(())
+}
+
+/// An entry of one `set` under `op_id`, proposed with a dedup retention of
+/// `retention_micros`.
+fn retained(index: u64, time: u64, op_id: u128, retention_micros: u64) -> Entry<TypeConfig> {
+    let mut proposal = Proposal::single(command(time, Some(op_id), vec![set("k", "v", None)]));
+    proposal.retention.dedup_micros = retention_micros;
+    Entry::<TypeConfig> {
+        log_id: log_id(2, 1, index),
+        payload: EntryPayload::Normal(proposal),
+    }
+}
+
+/// Op ids 1 to 16 at times 10,000 (op id 1) and 20,001 to 20,015, with a
+/// retention of 1,000: entry 16 forgets what is older than 19,015.
+async fn apply_sixteen<E: Engine>(state: &mut StateMachineStore<E>) -> TestResult {
+    state.apply([retained(1, 10_000, 1, 1_000)]).await?;
+    for index in 2..=16u64 {
+        state
+            .apply([retained(index, 20_000 + index - 1, u128::from(index), 1_000)])
+            .await?;
+    }
+    Ok(())
+}
+
+/// After `apply_sixteen`: op id 16 still answers, op id 1 does not, even
+/// under a retention that would cover it.
+async fn answers_after_sixteen<E: Engine>(state: &mut StateMachineStore<E>) -> TestResult {
+    let repeat = apply_one(state, retained(17, 20_020, 16, 1_000)).await?;
+    assert!(repeat.deduplicated, "{repeat:?}");
+    let again = apply_one(state, retained(18, 20_021, 1, 1_000_000)).await?;
+    assert!(!again.deduplicated, "{again:?}");
+    Ok(())
+}
+
+fn dedup_records<E: Engine>(engine: &E) -> Result<usize, Box<dyn std::error::Error>> {
+    Ok(engine.scan(Space::Dedup, &[], None, usize::MAX)?.len())
+}
+
+#[tokio::test]
+async fn a_longer_retention_never_brings_back_a_forgotten_record() -> TestResult {
+    let engine = Arc::new(MemoryEngine::new());
+    let mut state = StateMachineStore::open(engine.clone())?;
+    apply_sixteen(&mut state).await?;
+    // Op id 1's record is still stored (no snapshot has let the engine drop
+    // it), and a retention of a whole second would cover it, but entry 16
+    // forgot it: every replica answers alike whether it still holds it.
+    assert_eq!(dedup_records(engine.as_ref())?, 16);
+    let long = 1_000_000;
+    let repeat = apply_one(&mut state, retained(17, 20_020, 1, long)).await?;
+    assert!(!repeat.deduplicated, "{repeat:?}");
+    assert_eq!(repeat.index, 17);
+    // A record after the forgotten-before time still answers, also under
+    // the longer retention.
+    let repeat = apply_one(&mut state, retained(18, 20_021, 2, long)).await?;
+    assert!(repeat.deduplicated, "{repeat:?}");
+    assert_eq!(repeat.index, 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stored_snapshot_lets_the_engine_drop_forgotten_records() -> TestResult {
+    let engine = Arc::new(MemoryEngine::new());
+    let mut state = StateMachineStore::open(engine.clone())?;
+    apply_sixteen(&mut state).await?;
+    state.get_snapshot_builder().await.build_snapshot().await?;
+    assert_eq!(dedup_records(engine.as_ref())?, 15, "op id 1's record is dropped");
+    // A crash goes back to the snapshot, whose image still holds the
+    // record: it answers alike with or without it.
+    engine.crash();
+    let mut state = StateMachineStore::open(engine.clone())?;
+    answers_after_sixteen(&mut state).await
+}
+
+#[tokio::test]
+async fn rocksdb_drops_forgotten_records_as_it_compacts_once_a_snapshot_is_stored() -> TestResult {
+    let directory = tempfile::tempdir()?;
+    let engine = Arc::new(RocksEngine::open(directory.path().join("state"))?);
+    let mut state = StateMachineStore::open(engine.clone())?;
+    apply_sixteen(&mut state).await?;
+    // Compacting before any snapshot is stored drops nothing: a crash could
+    // go back to a state that still answers from op id 1's record.
+    engine.compact()?;
+    assert_eq!(dedup_records(engine.as_ref())?, 16);
+    state.get_snapshot_builder().await.build_snapshot().await?;
+    assert_eq!(dedup_records(engine.as_ref())?, 16, "dropped only as it compacts");
+    engine.compact()?;
+    assert_eq!(dedup_records(engine.as_ref())?, 15);
+    answers_after_sixteen(&mut state).await
 }
 
 #[tokio::test]

@@ -122,12 +122,10 @@ pub const CHANGES_WAIT_MS_MAX: u64 = 30_000;
 pub const DEDUP_RETENTION_MICROS_MIN: u64 = 60 * 1_000_000;
 /// Longest dedup retention a node may be configured with.
 pub const DEDUP_RETENTION_MICROS_MAX: u64 = 7 * 24 * 3600 * 1_000_000;
-/// Dedup records are pruned by the entries whose index is a multiple of
-/// this: the read of the oldest records is made once every so many entries.
-/// A record is answered only within its retention, pruned or not.
+/// The entries whose index is a multiple of this move the time before which
+/// dedup records are forgotten (one small write every so many entries). A
+/// record is answered only within its retention, forgotten or not.
 pub const DEDUP_PRUNE_EVERY_ENTRIES: u64 = 16;
-/// Most dedup records one apply prunes, so pruning never makes one apply slow.
-pub const DEDUP_PRUNE_PER_APPLY_MAX: usize = 1024;
 
 /// Most checks in one Deno KV atomic write (Deno KV's limit).
 pub const DENO_CHECKS_PER_WRITE_MAX: usize = 10;

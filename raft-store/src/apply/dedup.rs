@@ -1,8 +1,17 @@
 //! Dedup by op id: a command whose op id has an outcome recorded within
 //! the proposal's retention (by an earlier entry, or by an earlier command
 //! of this one) answers that outcome and applies nothing; older records
-//! answer nothing and are pruned a bounded number at a time, on every
-//! `dedup_prune_every_entries`th entry.
+//! answer nothing.
+//!
+//! Apply never deletes a record. Every `dedup_prune_every_entries`th entry
+//! moves the state's forgotten-before time (`meta::DEDUP_FORGOTTEN_BEFORE`)
+//! up to its time less its retention, and no record older than that time
+//! answers again, whatever the retention of a later proposal. The engine
+//! drops such records as it compacts, but only those older than the
+//! forgotten-before time of the snapshot on disk
+//! ([`crate::engine::Engine::forget_dedup_records_before`]): no state a
+//! member can go back to (after a crash, from that snapshot) reads them, so
+//! whether one is still on disk changes only disk use, never an answer.
 //!
 //! A record is compact: it never holds a whole value. Each value its
 //! answer carried (a State update's old and new JSON, a taken value, a
@@ -19,7 +28,7 @@ use crate::command::{ChangeEvent, CommandOutcome, Encoding, MessageId, OpId, Ope
 use crate::engine::{Engine, Space, WriteBatch};
 use crate::error::{decode, encode, EngineError};
 use crate::keys::{self, meta};
-use crate::limits::{DEDUP_PRUNE_EVERY_ENTRIES, DEDUP_PRUNE_PER_APPLY_MAX};
+use crate::limits::DEDUP_PRUNE_EVERY_ENTRIES;
 
 /// Values up to this size are kept in the record itself: a digest and a
 /// place would weigh more.
@@ -29,7 +38,8 @@ const INLINE_VALUE_BYTES_MAX: usize = 48;
 /// entry's events are bounded by its size, this bounds the search.
 const REBUILD_EVENTS_EXAMINED_MAX: usize = 65_536;
 
-/// A stored dedup record: the outcome to return for a repeated op id.
+/// A stored dedup record: the outcome to return for a repeated op id. Its
+/// time stays the third field: [`record_time_micros`] reads it alone.
 #[derive(Serialize, Deserialize)]
 struct DedupRecord {
     index: u64,
@@ -78,6 +88,23 @@ enum ValueReference {
     },
 }
 
+/// The fields a stored record starts with, as [`DedupRecord`] encodes them.
+#[derive(Deserialize)]
+struct RecordHead {
+    _index: u64,
+    _term: u64,
+    time_micros: u64,
+}
+
+/// The time of a stored dedup record, read without decoding its outcome;
+/// `None` for bytes that are not a record. The engine's compaction reads it
+/// to drop forgotten records.
+pub(crate) fn record_time_micros(bytes: &[u8]) -> Option<u64> {
+    decode::<RecordHead>("dedup record", bytes)
+        .ok()
+        .map(|head| head.time_micros)
+}
+
 fn digest(value: &[u8]) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, value).as_ref());
@@ -98,8 +125,9 @@ impl ValueReference {
 }
 
 /// The outcome recorded for `op_id` at or after `cutoff_micros` (the
-/// command's time less the retention), if any, with its values found
-/// again. An older record awaiting its prune answers nothing.
+/// command's time less the retention, or the forgotten-before time if that
+/// is later), if any, with its values found again. An older record still
+/// on disk answers nothing.
 pub(super) fn recorded_outcome<E: Engine>(
     overlay: &mut Overlay<'_, E>,
     op_id: OpId,
@@ -113,9 +141,6 @@ pub(super) fn recorded_outcome<E: Engine>(
     };
     let record = decode::<DedupRecord>("dedup record", &bytes)?;
     if record.time_micros < cutoff_micros {
-        // The new record replaces this one: its prune must not take the
-        // new one with it.
-        overlay.expired_records.insert(op_id, record.time_micros);
         return Ok(None);
     }
     let result = match record.result {
@@ -160,17 +185,6 @@ pub(super) fn record<E: Engine>(
         Space::Dedup,
         op_id.0.to_be_bytes().to_vec(),
         encode("dedup record", &record)?,
-    );
-    if let Some(expired_micros) = overlay.expired_records.remove(&op_id) {
-        batch.delete(
-            Space::DedupByTime,
-            keys::dedup_time_key(expired_micros, op_id.0).to_vec(),
-        );
-    }
-    batch.put(
-        Space::DedupByTime,
-        keys::dedup_time_key(outcome.time_micros, op_id.0).to_vec(),
-        Vec::new(),
     );
     overlay.outcomes.insert(op_id, outcome.clone());
     Ok(())
@@ -363,14 +377,24 @@ fn find_claimed_payload<E: Engine>(
     Ok(super::queue::claimed_payload(overlay, id)?.filter(|payload| digest(payload) == wanted))
 }
 
-/// On every `dedup_prune_every_entries`th entry, drops a bounded number of
-/// dedup records older than the retention window.
-pub(super) fn prune<E: Engine>(
-    engine: &E,
+/// The time before which no dedup record answers (0 before the first
+/// move).
+pub(crate) fn forgotten_before<E: Engine>(engine: &E) -> Result<u64, EngineError> {
+    match engine.get(Space::StateMeta, meta::DEDUP_FORGOTTEN_BEFORE)? {
+        Some(bytes) => decode("dedup forgotten-before time", &bytes),
+        None => Ok(0),
+    }
+}
+
+/// On every `dedup_prune_every_entries`th entry, moves the forgotten-before
+/// time up to `now_micros` less the retention; it never moves back, so a
+/// later proposal with a longer retention finds no record older than it.
+pub(super) fn forget_expired(
     batch: &mut WriteBatch,
     index: u64,
     now_micros: u64,
     retention_micros: u64,
+    forgotten_before_micros: u64,
 ) -> Result<(), EngineError> {
     if !index.is_multiple_of(DEDUP_PRUNE_EVERY_ENTRIES) {
         return Ok(());
@@ -378,32 +402,30 @@ pub(super) fn prune<E: Engine>(
     let Some(cutoff) = now_micros.checked_sub(retention_micros) else {
         return Ok(());
     };
-    let end = cutoff.to_be_bytes();
-    // Start after the last pruned record, past the deletions at the head.
-    let start = engine
-        .get(Space::StateMeta, meta::DEDUP_PRUNED_THROUGH)?
-        .map(|mut key| {
-            key.push(0);
-            key
-        });
-    let due = engine.scan(
-        Space::DedupByTime,
-        start.as_deref().unwrap_or(&[]),
-        Some(&end),
-        DEDUP_PRUNE_PER_APPLY_MAX,
-    )?;
-    let mut pruned_through = None;
-    for (time_key, _) in due {
-        let op_id = time_key
-            .get(8..24)
-            .ok_or_else(|| EngineError::corrupt("dedup time key", "shorter than 24 bytes"))?
-            .to_vec();
-        batch.delete(Space::Dedup, op_id);
-        batch.delete(Space::DedupByTime, time_key.clone());
-        pruned_through = Some(time_key);
-    }
-    if let Some(through) = pruned_through {
-        batch.put(Space::StateMeta, meta::DEDUP_PRUNED_THROUGH.to_vec(), through);
+    if cutoff > forgotten_before_micros {
+        batch.put(
+            Space::StateMeta,
+            meta::DEDUP_FORGOTTEN_BEFORE.to_vec(),
+            encode("dedup forgotten-before time", &cutoff)?,
+        );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_time_of_a_record_is_read_from_its_head() {
+        let record = DedupRecord {
+            index: 7,
+            term: 2,
+            time_micros: 123_456,
+            result: Err(Rejection::Invalid("no".to_owned())),
+        };
+        let bytes = encode("dedup record", &record).expect("encodes");
+        assert_eq!(record_time_micros(&bytes), Some(123_456));
+        assert_eq!(record_time_micros(&bytes[..20]), None, "too short to hold a time");
+    }
 }

@@ -18,7 +18,7 @@ mod auth;
 pub(crate) mod change_log;
 mod checks;
 mod context;
-mod dedup;
+pub(crate) mod dedup;
 mod entries;
 mod leases;
 mod overlay;
@@ -51,14 +51,21 @@ pub fn apply_proposal<E: Engine>(
     let mut context = ApplyContext::new(engine, position);
     let mut clock = clock_micros;
     let mut outcomes = Vec::with_capacity(proposal.commands.len());
+    let forgotten_before_micros = match proposal.commands.is_empty() {
+        true => 0,
+        false => dedup::forgotten_before(engine)?,
+    };
     for command in &proposal.commands {
         clock = clock.max(command.body().time_micros);
         context.begin_command(clock);
-        let cutoff_micros = clock.saturating_sub(proposal.retention.dedup_micros);
+        let cutoff_micros = clock
+            .saturating_sub(proposal.retention.dedup_micros)
+            .max(forgotten_before_micros);
         outcomes.push(apply_command(&mut context, batch, command, cutoff_micros)?);
     }
     if !proposal.commands.is_empty() {
-        dedup::prune(engine, batch, position.index, clock, proposal.retention.dedup_micros)?;
+        let retention_micros = proposal.retention.dedup_micros;
+        dedup::forget_expired(batch, position.index, clock, retention_micros, forgotten_before_micros)?;
     }
     let changes = std::mem::take(&mut context.overlay().settled_changes);
     change_log::record_changes(engine, batch, changes, position.index, &proposal.retention)?;

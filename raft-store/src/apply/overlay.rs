@@ -24,9 +24,6 @@ pub(super) struct Overlay<'a, E: Engine> {
     written: BTreeSet<Vec<u8>>,
     /// Op ids of settled commands, with their outcomes.
     pub(super) outcomes: BTreeMap<OpId, CommandOutcome>,
-    /// Op ids whose stored record was past its retention when looked up,
-    /// with that record's time: a new record for one replaces its index key.
-    pub(super) expired_records: BTreeMap<OpId, u64>,
     /// The current command's time: what "live" means for change events.
     pub(super) now_micros: u64,
     /// Change events of the current command, and of the settled ones.
@@ -44,7 +41,6 @@ impl<'a, E: Engine> Overlay<'a, E> {
             pending: BTreeMap::new(),
             written: BTreeSet::new(),
             outcomes: BTreeMap::new(),
-            expired_records: BTreeMap::new(),
             now_micros: 0,
             pending_changes: Vec::new(),
             settled_changes: Vec::new(),

@@ -268,9 +268,27 @@ impl Engine for MemoryEngine {
             .map(|(record, image)| (record, SnapshotImage::Memory(Cursor::new(image)))))
     }
 
+    fn forget_dedup_records_before(&self, time_micros: u64) {
+        // At once, where RocksDB waits for a compaction: both are invisible
+        // to every answer, and this keeps long simulations' memory flat.
+        let mut state = self.lock();
+        let State { current, durable, .. } = &mut *state;
+        for spaces in [current, durable] {
+            if let Some(records) = spaces.get_mut(Space::Dedup.name()) {
+                records.retain(|_, value| !dedup_record_forgotten(value, time_micros));
+            }
+        }
+    }
+
     fn discard_image(&self, _image: &SnapshotImage) -> Result<(), EngineError> {
         Ok(())
     }
+}
+
+/// Whether a stored dedup record is older than `before_micros`; bytes that
+/// are not a record are kept.
+pub(super) fn dedup_record_forgotten(value: &[u8], before_micros: u64) -> bool {
+    crate::apply::dedup::record_time_micros(value).is_some_and(|time| time < before_micros)
 }
 
 #[cfg(test)]

@@ -263,6 +263,12 @@ pub trait Engine: Send + Sync + 'static {
     /// The record and image last stored by `save_snapshot`.
     fn load_snapshot(&self) -> Result<Option<(Vec<u8>, SnapshotImage)>, EngineError>;
 
+    /// Lets the engine drop, whenever it likes, the dedup records older than
+    /// `time_micros`: the forgotten-before time of the snapshot just stored,
+    /// so no state the engine can return to answers from them
+    /// (`apply/dedup.rs`). The time only ever moves forward.
+    fn forget_dedup_records_before(&self, time_micros: u64);
+
     /// Removes an image that was not saved (a built one older than the
     /// snapshot on disk, a received one that was refused); a file image
     /// stays readable through the handle `image` holds until it is dropped.

@@ -15,7 +15,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
@@ -32,6 +32,10 @@ pub struct RocksEngine {
     /// restore failed to reopen.
     db: RwLock<Option<DB>>,
     checkpoint_sequence: AtomicU64,
+    /// Dedup records older than this time are dropped as they are compacted
+    /// (`forget_dedup_records_before`); shared with every database the
+    /// engine opens, a restored one included.
+    dedup_forgotten_before: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for RocksEngine {
@@ -55,6 +59,7 @@ impl RocksCheckpoint {
             root: self.directory.clone(),
             db: RwLock::new(Some(db)),
             checkpoint_sequence: AtomicU64::new(0),
+            dedup_forgotten_before: Arc::default(),
         })
     }
 }
@@ -79,7 +84,7 @@ struct CurrentSnapshot {
 }
 
 /// RocksDB's figures for a member's metrics, summed over column families.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RocksProperties {
     /// Live SST files and memtables of every space but the change log
     /// (which `--change-log-bytes-max` bounds on its own). Deleted and
@@ -89,6 +94,9 @@ pub struct RocksProperties {
     pub pending_compaction_bytes: u64,
     /// RocksDB's estimate of the dedup records' count.
     pub dedup_records: u64,
+    /// Each space's SST files (live, so also what a checkpoint holds) and
+    /// memtables, to say where a member's disk goes.
+    pub space_bytes: Vec<(Space, u64)>,
 }
 
 /// A received image unpacked into `db.installing/` and opened once.
@@ -151,7 +159,7 @@ fn options() -> Options {
 
 /// A column family's options: bloom filters, the instance's one block
 /// cache, and a memtable sized for how much the family is written.
-fn family_options(space: Space, cache: &rocksdb::Cache) -> Options {
+fn family_options(space: Space, cache: &rocksdb::Cache, dedup_forgotten_before: &Arc<AtomicU64>) -> Options {
     let mut options = Options::default();
     options.set_compression_type(rocksdb::DBCompressionType::Lz4);
     let mut table = rocksdb::BlockBasedOptions::default();
@@ -177,14 +185,65 @@ fn family_options(space: Space, cache: &rocksdb::Cache) -> Options {
         options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
         options.set_memtable_whole_key_filtering(true);
     }
+    match space {
+        Space::Dedup => options.set_compaction_filter_factory(ForgottenDedupRecords {
+            before_micros: dedup_forgotten_before.clone(),
+        }),
+        // Only older directories hold this family, whose time index apply
+        // no longer writes: compactions empty it.
+        Space::DedupByTime => options
+            .set_compaction_filter("lode-dedup-time-index", |_level: u32, _key: &[u8], _value: &[u8]| {
+                rocksdb::compaction_filter::Decision::Remove
+            }),
+        _ => {}
+    }
     options
 }
 
-fn open_database(path: &Path) -> Result<DB, EngineError> {
+/// Makes each compaction of the dedup family drop the records older than
+/// the forgotten-before time at its start.
+struct ForgottenDedupRecords {
+    before_micros: Arc<AtomicU64>,
+}
+
+impl rocksdb::compaction_filter_factory::CompactionFilterFactory for ForgottenDedupRecords {
+    type Filter = ForgottenDedupFilter;
+
+    fn create(&mut self, _: rocksdb::compaction_filter_factory::CompactionFilterContext) -> ForgottenDedupFilter {
+        ForgottenDedupFilter {
+            before_micros: self.before_micros.load(Ordering::Acquire),
+        }
+    }
+
+    fn name(&self) -> &std::ffi::CStr {
+        c"lode-forgotten-dedup-records"
+    }
+}
+
+struct ForgottenDedupFilter {
+    before_micros: u64,
+}
+
+impl rocksdb::compaction_filter::CompactionFilter for ForgottenDedupFilter {
+    fn filter(&mut self, _level: u32, _key: &[u8], value: &[u8]) -> rocksdb::compaction_filter::Decision {
+        // RocksDB turns a removal into a deletion while older levels may
+        // hold the key, so no older record comes back in its place.
+        match super::memory::dedup_record_forgotten(value, self.before_micros) {
+            true => rocksdb::compaction_filter::Decision::Remove,
+            false => rocksdb::compaction_filter::Decision::Keep,
+        }
+    }
+
+    fn name(&self) -> &std::ffi::CStr {
+        c"lode-forgotten-dedup-records"
+    }
+}
+
+fn open_database(path: &Path, dedup_forgotten_before: &Arc<AtomicU64>) -> Result<DB, EngineError> {
     let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
     let families = Space::ALL
         .iter()
-        .map(|space| ColumnFamilyDescriptor::new(space.name(), family_options(*space, &cache)));
+        .map(|space| ColumnFamilyDescriptor::new(space.name(), family_options(*space, &cache, dedup_forgotten_before)));
     let db = DB::open_cf_descriptors(&options(), path, families).map_err(|error| damage::open_error(path, error))?;
     damage::verify_tables(&db).map_err(|error| damage::open_error(path, error))?;
     Ok(db)
@@ -232,11 +291,13 @@ impl RocksEngine {
                 fs::remove_dir_all(leftover.path()).map_err(io_context(&leftover.path(), "removing"))?;
             }
         }
-        let db = open_database(&live)?;
+        let dedup_forgotten_before = Arc::default();
+        let db = open_database(&live, &dedup_forgotten_before)?;
         let engine = Self {
             root,
             db: RwLock::new(Some(db)),
             checkpoint_sequence: AtomicU64::new(0),
+            dedup_forgotten_before,
         };
         let next = engine.remove_unnamed_images()?;
         engine.checkpoint_sequence.store(next, Ordering::Relaxed);
@@ -257,9 +318,11 @@ impl RocksEngine {
             let family = family(db, space)?;
             let value = |name: &str| db.property_int_value_cf(family, name).map(|value| value.unwrap_or(0));
             let memtable = value("rocksdb.cur-size-all-mem-tables")?;
+            let space_bytes = value("rocksdb.live-sst-files-size")? + memtable;
             properties.memtable_bytes += memtable;
+            properties.space_bytes.push((space, space_bytes));
             if space != Space::ChangeLog {
-                properties.live_bytes += value("rocksdb.live-sst-files-size")? + memtable;
+                properties.live_bytes += space_bytes;
             }
             properties.pending_compaction_bytes += value("rocksdb.estimate-pending-compaction-bytes")?;
             if space == Space::Dedup {
@@ -547,7 +610,7 @@ impl Engine for RocksEngine {
     fn prepare_restore(&self, image: &SnapshotImage) -> Result<RocksPrepared, EngineError> {
         let installing = self.root.join("db.installing");
         let prepared = image_archive::unpack(self.image_path(image)?, &installing)
-            .and_then(|()| open_database(&installing).map(drop));
+            .and_then(|()| open_database(&installing, &Arc::default()).map(drop));
         if let Err(error) = prepared {
             if installing.exists() {
                 fs::remove_dir_all(&installing).map_err(io_context(&installing, "removing"))?;
@@ -568,7 +631,7 @@ impl Engine for RocksEngine {
         fs::rename(&live, &old).map_err(io_context(&live, "renaming"))?;
         fs::rename(&prepared.directory, &live).map_err(io_context(&prepared.directory, "renaming"))?;
         sync_directory(&self.root)?;
-        *guard = Some(open_database(&live)?);
+        *guard = Some(open_database(&live, &self.dedup_forgotten_before)?);
         drop(guard);
         fs::remove_dir_all(&old).map_err(io_context(&old, "removing"))?;
         Ok(())
@@ -611,6 +674,10 @@ impl Engine for RocksEngine {
         let path = self.snapshots().join(&current.image);
         let file = fs::File::open(&path).map_err(io_context(&path, "opening"))?;
         Ok(Some((current.record, SnapshotImage::open_file(&path, file))))
+    }
+
+    fn forget_dedup_records_before(&self, time_micros: u64) {
+        self.dedup_forgotten_before.fetch_max(time_micros, Ordering::AcqRel);
     }
 
     fn discard_image(&self, image: &SnapshotImage) -> Result<(), EngineError> {

@@ -156,6 +156,13 @@ impl Engine for SelectedEngine {
         }
     }
 
+    fn forget_dedup_records_before(&self, time_micros: u64) {
+        match self {
+            SelectedEngine::Rocks(engine) => engine.forget_dedup_records_before(time_micros),
+            SelectedEngine::Memory(engine) => engine.forget_dedup_records_before(time_micros),
+        }
+    }
+
     fn discard_image(&self, image: &SnapshotImage) -> Result<(), EngineError> {
         match self {
             SelectedEngine::Rocks(engine) => engine.discard_image(image),
