@@ -49,6 +49,12 @@ pub struct FollowerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpaceLabels {
+    /// The column family: entries, dedup, change_log, ...
+    pub space: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PortLabels {
     /// client, peer or http.
     pub port: &'static str,
@@ -95,6 +101,7 @@ pub struct Metrics {
     pub replication_lag: Family<FollowerLabels, Gauge>,
     pub quorum_ack_age_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub state_bytes: Gauge,
+    pub space_bytes: Family<SpaceLabels, Gauge>,
     pub memtable_bytes: Gauge,
     pub pending_compaction_bytes: Gauge,
     pub quota_bytes: Gauge,
@@ -140,6 +147,7 @@ impl Metrics {
             replication_lag: Family::default(),
             quorum_ack_age_seconds: Gauge::default(),
             state_bytes: Gauge::default(),
+            space_bytes: Family::default(),
             memtable_bytes: Gauge::default(),
             pending_compaction_bytes: Gauge::default(),
             quota_bytes: Gauge::default(),
@@ -270,6 +278,12 @@ impl Metrics {
             "The state's live SST files and memtables, all but the change log",
             Unit::Bytes,
             self.state_bytes.clone(),
+        );
+        registry.register_with_unit(
+            "space",
+            "The state's SST files and memtables, by space (column family)",
+            Unit::Bytes,
+            self.space_bytes.clone(),
         );
         registry.register_with_unit(
             "memtable",

@@ -115,6 +115,10 @@ fn refresh_gauges(shared: &Shared) {
                     .pending_compaction_bytes
                     .set(properties.pending_compaction_bytes as i64);
                 metrics.dedup_records.set(properties.dedup_records as i64);
+                for (space, bytes) in properties.space_bytes {
+                    let labels = crate::metrics::SpaceLabels { space: space.name() };
+                    metrics.space_bytes.get_or_create(&labels).set(bytes as i64);
+                }
             }
             Err(error) => tracing::warn!(%error, "reading RocksDB's properties failed"),
         }

@@ -74,6 +74,11 @@ async fn every_series_of_the_dashboard_exists_and_writes_move_the_write_metrics(
     assert!(series["lode_commands_per_entry_count"] >= 1.0);
     assert_eq!(series["lode_raft_is_leader"], 1.0);
     assert!(series["lode_state_bytes"] > 0.0);
+    let entries_bytes = body
+        .lines()
+        .find(|line| line.starts_with("lode_space_bytes{space=\"entries\"}"))
+        .and_then(|line| line.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(entries_bytes.is_some_and(|bytes| bytes > 0.0), "{body}");
     assert!(series["lode_quota_bytes"] > 0.0);
     let writes = body
         .lines()
