@@ -103,6 +103,8 @@ pub struct Metrics {
     pub state_bytes: Gauge,
     pub space_bytes: Family<SpaceLabels, Gauge>,
     pub memtable_bytes: Gauge,
+    pub block_cache_bytes: Gauge,
+    pub table_readers_bytes: Gauge,
     pub pending_compaction_bytes: Gauge,
     pub quota_bytes: Gauge,
     pub quota_used_bytes: Gauge,
@@ -149,6 +151,8 @@ impl Metrics {
             state_bytes: Gauge::default(),
             space_bytes: Family::default(),
             memtable_bytes: Gauge::default(),
+            block_cache_bytes: Gauge::default(),
+            table_readers_bytes: Gauge::default(),
             pending_compaction_bytes: Gauge::default(),
             quota_bytes: Gauge::default(),
             quota_used_bytes: Gauge::default(),
@@ -290,6 +294,18 @@ impl Metrics {
             "Bytes in memtables",
             Unit::Bytes,
             self.memtable_bytes.clone(),
+        );
+        registry.register_with_unit(
+            "block_cache",
+            "Bytes the state's block cache holds",
+            Unit::Bytes,
+            self.block_cache_bytes.clone(),
+        );
+        registry.register_with_unit(
+            "table_readers",
+            "Bytes the state's table files' indexes and filters hold outside the cache",
+            Unit::Bytes,
+            self.table_readers_bytes.clone(),
         );
         registry.register_with_unit(
             "pending_compaction",

@@ -111,6 +111,8 @@ fn refresh_gauges(shared: &Shared) {
             Ok(properties) => {
                 metrics.state_bytes.set(properties.live_bytes as i64);
                 metrics.memtable_bytes.set(properties.memtable_bytes as i64);
+                metrics.block_cache_bytes.set(properties.block_cache_bytes as i64);
+                metrics.table_readers_bytes.set(properties.table_readers_bytes as i64);
                 metrics
                     .pending_compaction_bytes
                     .set(properties.pending_compaction_bytes as i64);

@@ -74,6 +74,8 @@ async fn every_series_of_the_dashboard_exists_and_writes_move_the_write_metrics(
     assert!(series["lode_commands_per_entry_count"] >= 1.0);
     assert_eq!(series["lode_raft_is_leader"], 1.0);
     assert!(series["lode_state_bytes"] > 0.0);
+    assert!(series.contains_key("lode_block_cache_bytes"), "{body}");
+    assert!(series.contains_key("lode_table_readers_bytes"), "{body}");
     let entries_bytes = body
         .lines()
         .find(|line| line.starts_with("lode_space_bytes{space=\"entries\"}"))

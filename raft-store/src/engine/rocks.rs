@@ -97,6 +97,12 @@ pub struct RocksProperties {
     /// Each space's SST files (live, so also what a checkpoint holds) and
     /// memtables, to say where a member's disk goes.
     pub space_bytes: Vec<(Space, u64)>,
+    /// What the instance's one block cache holds (at most
+    /// `BLOCK_CACHE_BYTES`).
+    pub block_cache_bytes: u64,
+    /// Memory the table readers hold outside the cache: every table file's
+    /// index and bloom filter, which grow with the data.
+    pub table_readers_bytes: u64,
 }
 
 /// A received image unpacked into `db.installing/` and opened once.
@@ -321,6 +327,9 @@ impl RocksEngine {
             let space_bytes = value("rocksdb.live-sst-files-size")? + memtable;
             properties.memtable_bytes += memtable;
             properties.space_bytes.push((space, space_bytes));
+            properties.table_readers_bytes += value("rocksdb.estimate-table-readers-mem")?;
+            // One cache serves every family: each reports the same usage.
+            properties.block_cache_bytes = value("rocksdb.block-cache-usage")?;
             if space != Space::ChangeLog {
                 properties.live_bytes += space_bytes;
             }
