@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
-use super::{collect_range, Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch, WriteOp};
+use super::{
+    collect_range, dedup_record_forgotten, Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch, WriteOp,
+};
 use crate::error::{decode, encode, EngineError};
 use crate::snapshot::SnapshotImage;
 
@@ -283,12 +285,6 @@ impl Engine for MemoryEngine {
     fn discard_image(&self, _image: &SnapshotImage) -> Result<(), EngineError> {
         Ok(())
     }
-}
-
-/// Whether a stored dedup record is older than `before_micros`; bytes that
-/// are not a record are kept.
-pub(super) fn dedup_record_forgotten(value: &[u8], before_micros: u64) -> bool {
-    crate::apply::dedup::record_time_micros(value).is_some_and(|time| time < before_micros)
 }
 
 #[cfg(test)]

@@ -166,6 +166,12 @@ pub struct RangeRead {
     pub examined_max: usize,
 }
 
+/// Whether a stored dedup record is older than `before_micros`, for an
+/// engine dropping forgotten records; bytes that are not a record are kept.
+pub(crate) fn dedup_record_forgotten(value: &[u8], before_micros: u64) -> bool {
+    crate::apply::dedup::record_time_micros(value).is_some_and(|time| time < before_micros)
+}
+
 /// Collects one range from an iterator already positioned and ordered.
 pub(crate) fn collect_range<I>(
     pairs: I,

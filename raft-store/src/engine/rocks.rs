@@ -234,7 +234,7 @@ impl rocksdb::compaction_filter::CompactionFilter for ForgottenDedupFilter {
     fn filter(&mut self, _level: u32, _key: &[u8], value: &[u8]) -> rocksdb::compaction_filter::Decision {
         // RocksDB turns a removal into a deletion while older levels may
         // hold the key, so no older record comes back in its place.
-        match super::memory::dedup_record_forgotten(value, self.before_micros) {
+        match super::dedup_record_forgotten(value, self.before_micros) {
             true => rocksdb::compaction_filter::Decision::Remove,
             false => rocksdb::compaction_filter::Decision::Keep,
         }
