@@ -206,7 +206,7 @@ impl Metrics {
         );
         registry.register_with_unit(
             "snapshot_built",
-            "Bytes of snapshot images built",
+            "Bytes of snapshot images packed to send to a follower",
             Unit::Bytes,
             self.snapshot_built_bytes.clone(),
         );
@@ -393,8 +393,11 @@ impl StorageObserver for Metrics {
         }
     }
 
-    fn snapshot_built(&self, bytes: u64, duration: Duration) {
+    fn snapshot_built(&self, duration: Duration) {
         self.snapshot_build_seconds.observe(duration.as_secs_f64());
+    }
+
+    fn image_packed(&self, bytes: u64) {
         self.snapshot_built_bytes.inc_by(bytes);
     }
 

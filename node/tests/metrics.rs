@@ -137,7 +137,26 @@ async fn a_snapshot_sent_to_a_new_member_shows_on_the_leader() {
     })
     .await;
     assert!(series["lode_snapshot_sent_bytes_total"] > 0.0, "{series:?}");
+    assert!(series["lode_snapshot_built_bytes_total"] > 0.0, "{series:?}");
     assert!(series["lode_snapshot_send_duration_seconds_count"] >= 1.0, "{series:?}");
+    // The image existed only to be sent: no member keeps a second copy
+    // of its state once the new member has installed it.
+    let member_ids: Vec<u64> = cluster.members.keys().copied().collect();
+    for id in member_ids {
+        let snapshots = cluster.members[&id].data_dir.join("state").join("snapshots");
+        support::wait_until("images to go once sent and installed", || async {
+            let names: Vec<String> = std::fs::read_dir(&snapshots)
+                .map(|items| {
+                    items
+                        .filter_map(Result::ok)
+                        .map(|item| item.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            names.iter().all(|name| name == "current").then_some(())
+        })
+        .await;
+    }
     let spare_http = cluster.kv_connect_url(4).trim_start_matches("http://").to_owned();
     let received = scraped(&support::get(&spare_http, "/metrics", None).1);
     assert!(received["lode_snapshot_received_bytes_total"] > 0.0, "{received:?}");

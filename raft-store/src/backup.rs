@@ -264,12 +264,13 @@ fn restore_into(
 
 /// Stores the restored state as the member's snapshot, so the log's start
 /// (purged up to the image) is covered and a new member catches up from it.
+/// Its last write was synced, so the record stands for the state alone.
 fn save_as_snapshot(
     state: &RocksEngine,
     last_log_id: LogId<NodeId>,
     membership: StoredMembership<NodeId, Member>,
 ) -> Result<(), EngineError> {
-    let image = state.pack(state.checkpoint()?)?;
+    state.sync_writes()?;
     let record = StoredSnapshot {
         meta: SnapshotMeta {
             last_log_id: Some(last_log_id),
@@ -277,7 +278,7 @@ fn save_as_snapshot(
             snapshot_id: format!("restored-{}-{}", last_log_id.leader_id.term, last_log_id.index),
         },
     };
-    state.save_snapshot(&record.to_bytes()?, &image)
+    state.save_snapshot(&record.to_bytes()?, None)
 }
 
 fn seed_log(root: &Path, plan: &RestorePlan, last_log_id: LogId<NodeId>) -> Result<(), EngineError> {

@@ -1,6 +1,6 @@
 //! What the storage layer reports of its own work, for a member's metrics:
-//! log appends (one synced batch each), entries applied, snapshots built
-//! and installed. The node implements it with Prometheus histograms; the
+//! log appends (one synced batch each), entries applied, snapshots built,
+//! packed and installed. The node implements it with Prometheus histograms; the
 //! simulation sets none, so nothing is timed there.
 
 use std::sync::Arc;
@@ -12,8 +12,10 @@ pub trait StorageObserver: Send + Sync + 'static {
     fn log_appended(&self, _entries: usize, _duration: Duration) {}
     /// One log entry of `commands` commands was applied in `duration`.
     fn entry_applied(&self, _commands: usize, _duration: Duration) {}
-    /// A snapshot image of `bytes` was built in `duration`.
-    fn snapshot_built(&self, _bytes: u64, _duration: Duration) {}
+    /// A snapshot (a record of the synced state) was built in `duration`.
+    fn snapshot_built(&self, _duration: Duration) {}
+    /// An image of `bytes` was packed to send to a follower.
+    fn image_packed(&self, _bytes: u64) {}
     /// A received snapshot was checked and installed in `duration`.
     fn snapshot_installed(&self, _duration: Duration) {}
 }

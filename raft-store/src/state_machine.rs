@@ -1,9 +1,17 @@
 //! openraft's state machine over an [`Engine`]: applies committed entries,
-//! builds snapshots from engine checkpoints and installs received ones,
-//! as images openraft streams in chunks (files for RocksDB).
+//! builds snapshots and installs received ones, as images openraft streams
+//! in chunks (files for RocksDB).
 //!
 //! State-machine data and `last_applied` always go in one write batch, so a
 //! crash never leaves state that disagrees with the position it claims.
+//!
+//! A snapshot is not a second copy of the state. A build syncs the state's
+//! write-ahead log and saves a record of its meta: the state itself, which
+//! can then never go back behind the record, is the snapshot. An image is
+//! made only when openraft asks for one to send (`get_current_snapshot`):
+//! a checkpoint of the state as applied then, packed as it is first read.
+//! An install keeps the received image as the record's until the state it
+//! replaced is on disk, then drops it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,7 +22,7 @@ use openraft::{Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageEr
 use crate::applied_index::AppliedIndex;
 use crate::apply::apply_proposal;
 use crate::command::ProposalOutcome;
-use crate::engine::{run_blocking, Durability, Engine, Space, WriteBatch};
+use crate::engine::{run_blocking, Durability, Engine, SavedSnapshot, Space, WriteBatch};
 use crate::entry::SourceId;
 use crate::error::{decode, encode, read_error, write_error, EngineError};
 use crate::keys::meta;
@@ -78,13 +86,14 @@ impl SnapshotOnDisk {
     }
 }
 
-/// Saves `image` as the snapshot of `meta` unless the snapshot on disk is
-/// at least as new; returns whether it was saved.
+/// Saves the record of `meta` (with `image`, if given) as the snapshot on
+/// disk unless the one there is at least as new; returns whether it was
+/// saved. Without an image the state must be durable at least that far.
 fn save_if_newer<E: Engine>(
     engine: &E,
     on_disk: &SnapshotOnDisk,
     meta: &SnapshotMeta<NodeId, Member>,
-    image: &SnapshotImage,
+    image: Option<&SnapshotImage>,
 ) -> Result<bool, EngineError> {
     let mut last_log_id = on_disk.lock();
     if last_log_id.is_some() && *last_log_id >= meta.last_log_id {
@@ -94,6 +103,55 @@ fn save_if_newer<E: Engine>(
     engine.save_snapshot(&record, image)?;
     *last_log_id = meta.last_log_id;
     Ok(true)
+}
+
+/// Saves the record of `meta` again without its image, now that the state
+/// is durable at `meta`, unless a newer snapshot replaced it meanwhile.
+fn drop_image_of<E: Engine>(
+    engine: &E,
+    on_disk: &SnapshotOnDisk,
+    meta: &SnapshotMeta<NodeId, Member>,
+) -> Result<(), EngineError> {
+    let last_log_id = on_disk.lock();
+    if *last_log_id == meta.last_log_id {
+        engine.save_snapshot(&StoredSnapshot { meta: meta.clone() }.to_bytes()?, None)?;
+    }
+    Ok(())
+}
+
+/// The meta of the state as applied, and its dedup forgotten-before time;
+/// `sequence` tells snapshots of one position apart.
+fn applied_meta<E: Engine>(engine: &E, sequence: u64) -> Result<(SnapshotMeta<NodeId, Member>, u64), EngineError> {
+    let last_log_id = applied_log_id(engine)?;
+    let last_membership: Membership = read_meta(engine, meta::MEMBERSHIP)?.unwrap_or_default();
+    let dedup_forgotten_before_micros = crate::apply::dedup::forgotten_before(engine)?;
+    let snapshot_id = match last_log_id {
+        Some(log_id) => format!("{}-{}-{sequence}", log_id.leader_id.term, log_id.index),
+        None => format!("0-0-{sequence}"),
+    };
+    let meta = SnapshotMeta {
+        last_log_id,
+        last_membership,
+        snapshot_id,
+    };
+    Ok((meta, dedup_forgotten_before_micros))
+}
+
+/// Syncs the state and saves the record of `meta`, the state's position
+/// now or earlier; then lets the engine forget the dedup records that a
+/// state at `meta` no longer answers from.
+fn save_synced_state<E: Engine>(
+    engine: &E,
+    on_disk: &SnapshotOnDisk,
+    meta: &SnapshotMeta<NodeId, Member>,
+    dedup_forgotten_before_micros: u64,
+) -> Result<bool, EngineError> {
+    engine.sync_writes()?;
+    let saved = save_if_newer(engine, on_disk, meta, None)?;
+    if saved {
+        engine.forget_dedup_records_before(dedup_forgotten_before_micros);
+    }
+    Ok(saved)
 }
 
 impl<E: Engine> std::fmt::Debug for StateMachineStore<E> {
@@ -124,10 +182,21 @@ impl<E: Engine> StateMachineStore<E> {
     pub fn open(engine: Arc<E>) -> Result<Self, EngineError> {
         let mut applied = applied_log_id(engine.as_ref())?;
         let mut stored_snapshot = None;
-        if let Some((record, image)) = engine.load_snapshot()? {
+        if let Some(SavedSnapshot { record, image }) = engine.load_snapshot()? {
             let snapshot = StoredSnapshot::from_bytes(&record)?;
             stored_snapshot = snapshot.meta.last_log_id;
             if snapshot.meta.last_log_id > applied {
+                // Only a record saved with its image can be ahead: one
+                // without was saved once the state was on disk that far.
+                let image = image.ok_or_else(|| {
+                    EngineError::corrupt(
+                        "state",
+                        format!(
+                            "applied up to {applied:?}, behind its snapshot at {:?}, which was saved once the state was on disk that far",
+                            snapshot.meta.last_log_id
+                        ),
+                    )
+                })?;
                 tracing::warn!(
                     snapshot = ?snapshot.meta.last_log_id,
                     applied = ?applied,
@@ -222,57 +291,44 @@ fn changes_auth(payload: &EntryPayload<TypeConfig>) -> bool {
     })
 }
 
-/// A checkpoint, its meta and its dedup forgotten-before time, read together.
-struct TakenCheckpoint<E: Engine> {
-    checkpoint: E::Checkpoint,
-    meta: SnapshotMeta<NodeId, Member>,
-    dedup_forgotten_before_micros: u64,
-}
-
-/// Builds one snapshot from a checkpoint taken when the builder was made.
+/// Builds one snapshot: the meta of the state when the builder was made.
 pub struct SnapshotBuilder<E: Engine> {
     engine: Arc<E>,
     stored_snapshot: SnapshotOnDisk,
-    taken: Result<TakenCheckpoint<E>, String>,
+    taken: Result<(SnapshotMeta<NodeId, Member>, u64), String>,
     observer: crate::observer::Observer,
 }
 
 impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let taken = std::mem::replace(&mut self.taken, Err("snapshot builder used twice".to_owned()));
-        let TakenCheckpoint {
-            checkpoint,
-            meta,
-            dedup_forgotten_before_micros,
-        } = taken
-            .map_err(|message| read_error(EngineError::io("taking a checkpoint", std::io::Error::other(message))))?;
+        let (meta, dedup_forgotten_before_micros) = taken.map_err(|message| {
+            read_error(EngineError::io(
+                "reading the applied state",
+                std::io::Error::other(message),
+            ))
+        })?;
         let stored_snapshot = self.stored_snapshot.clone();
-        let on_disk = self.stored_snapshot.clone();
         let began = tokio::time::Instant::now();
-        let (meta, image) = run_blocking(&self.engine, move |engine| {
-            let image = engine.pack(checkpoint)?;
-            if save_if_newer(engine, &stored_snapshot, &meta, &image)? {
-                engine.forget_dedup_records_before(dedup_forgotten_before_micros);
-            } else {
-                // Served from the open image, then gone: the newer one stays.
-                engine.discard_image(&image)?;
-                tracing::info!(snapshot = %meta.snapshot_id, "a newer snapshot was stored meanwhile; keeping it");
-            }
-            Ok((meta, image))
+        let saved_meta = meta.clone();
+        // The sync covers every apply so far, so the state on disk is at
+        // least at `meta`, taken between two applies before them.
+        let saved = run_blocking(&self.engine, move |engine| {
+            save_synced_state(engine, &stored_snapshot, &saved_meta, dedup_forgotten_before_micros)
         })
         .await
-        .map_err(|error| on_disk.failure(error))?;
-        tracing::info!(snapshot = %meta.snapshot_id, image = ?image, "built snapshot");
+        .map_err(|error| self.stored_snapshot.failure(error))?;
+        if saved {
+            tracing::info!(snapshot = %meta.snapshot_id, "built snapshot");
+        } else {
+            tracing::info!(snapshot = %meta.snapshot_id, "a newer snapshot was stored meanwhile; keeping it");
+        }
         if let Some(observer) = &self.observer {
-            let bytes = image.path().and_then(|path| std::fs::metadata(path).ok()).map_or_else(
-                || image.bytes().map_or(0, |bytes| bytes.len() as u64),
-                |metadata| metadata.len(),
-            );
-            observer.snapshot_built(bytes, began.elapsed());
+            observer.snapshot_built(began.elapsed());
         }
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(image),
+            snapshot: Box::new(SnapshotImage::empty()),
         })
     }
 }
@@ -315,33 +371,12 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        // The checkpoint and the meta are read here, between two applies, so
-        // the image and its last log id always agree.
-        let engine = self.engine.clone();
+        // Read here, between two applies, so the meta is one the state
+        // held; the build then syncs at least that far.
         self.snapshot_sequence += 1;
-        let sequence = self.snapshot_sequence;
-        let taken = (|| -> Result<_, EngineError> {
-            let last_log_id = applied_log_id(engine.as_ref())?;
-            let last_membership: Membership = read_meta(engine.as_ref(), meta::MEMBERSHIP)?.unwrap_or_default();
-            let dedup_forgotten_before_micros = crate::apply::dedup::forgotten_before(engine.as_ref())?;
-            let checkpoint = engine.checkpoint()?;
-            let snapshot_id = match last_log_id {
-                Some(log_id) => format!("{}-{}-{sequence}", log_id.leader_id.term, log_id.index),
-                None => format!("0-0-{sequence}"),
-            };
-            Ok(TakenCheckpoint {
-                checkpoint,
-                meta: SnapshotMeta {
-                    last_log_id,
-                    last_membership,
-                    snapshot_id,
-                },
-                dedup_forgotten_before_micros,
-            })
-        })()
-        .map_err(|error| error.to_string());
+        let taken = applied_meta(self.engine.as_ref(), self.snapshot_sequence).map_err(|error| error.to_string());
         SnapshotBuilder {
-            engine,
+            engine: self.engine.clone(),
             stored_snapshot: self.stored_snapshot.clone(),
             taken,
             observer: self.observer.clone(),
@@ -364,7 +399,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         let saved_meta = meta.clone();
         let began = tokio::time::Instant::now();
         let installed = run_blocking(&self.engine, move |engine| {
-            let image = engine.adopt_image(*snapshot)?;
+            let mut image = engine.adopt_image(*snapshot)?;
             // A bad or truncated image is refused before anything is saved
             // or replaced: the live state and the snapshot on disk stay.
             let prepared = match engine.prepare_restore(&image) {
@@ -374,18 +409,26 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
                     return Err(error);
                 }
             };
-            // The snapshot first, the state second: a crash between them
-            // leaves a snapshot newer than the state, which `open` restores.
-            // The other order would leave state the snapshot on disk does
-            // not cover, and openraft, finding the log behind the applied
-            // state on restart, purges the log up to it.
-            let saved = save_if_newer(engine, &stored_snapshot, &saved_meta, &image)?;
-            engine.finish_restore(prepared)?;
-            if saved {
-                engine.forget_dedup_records_before(crate::apply::dedup::forgotten_before(engine)?);
-            } else {
+            // The snapshot with its image first, the state second: a crash
+            // between them leaves a snapshot newer than the state, which
+            // `open` restores. The other order would leave state the
+            // snapshot on disk does not cover, and openraft, finding the log
+            // behind the applied state on restart, purges the log up to it.
+            // openraft installs only past its committed index, so a newer
+            // snapshot on disk means this one is not the leader's.
+            if !save_if_newer(engine, &stored_snapshot, &saved_meta, Some(&image))? {
                 engine.discard_image(&image)?;
+                return Err(EngineError::corrupt(
+                    "snapshot",
+                    format!("{:?} is not newer than the snapshot on disk", saved_meta.last_log_id),
+                ));
             }
+            // Named by the record until the restored state is on disk.
+            image.keep();
+            engine.finish_restore(prepared)?;
+            engine.forget_dedup_records_before(crate::apply::dedup::forgotten_before(engine)?);
+            // The restored state is on disk: the record stands for it alone.
+            drop_image_of(engine, &stored_snapshot, &saved_meta)?;
             applied_log_id(engine)
         })
         .await
@@ -409,12 +452,53 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let Some((record, image)) = self.engine.load_snapshot().map_err(read_error)? else {
+        let Some(SavedSnapshot { record, image }) = self.engine.load_snapshot().map_err(read_error)? else {
             return Ok(None);
         };
         let stored = StoredSnapshot::from_bytes(&record).map_err(read_error)?;
+        if let Some(image) = image {
+            // An image kept with its record: an install's, or format 1's.
+            return Ok(Some(Snapshot {
+                meta: stored.meta,
+                snapshot: Box::new(image),
+            }));
+        }
+        // Taken here, between two applies, so the checkpoint is the state
+        // at `meta`.
+        self.snapshot_sequence += 1;
+        let (mut meta, dedup_forgotten_before_micros) =
+            applied_meta(self.engine.as_ref(), self.snapshot_sequence).map_err(read_error)?;
+        let checkpoint = self.engine.checkpoint().map_err(read_error)?;
+        if meta.last_log_id == stored.meta.last_log_id {
+            meta = stored.meta;
+        } else {
+            // openraft takes this meta as its snapshot's when it starts, and
+            // may purge the log up to it: the record on disk goes as far.
+            let on_disk = self.stored_snapshot.clone();
+            let saved_meta = meta.clone();
+            run_blocking(&self.engine, move |engine| {
+                save_synced_state(engine, &on_disk, &saved_meta, dedup_forgotten_before_micros)
+            })
+            .await
+            .map_err(|error| self.stored_snapshot.failure(error))?;
+        }
+        let image = if self.engine.blocks_on_disk() {
+            let engine = self.engine.clone();
+            let observer = self.observer.clone();
+            SnapshotImage::unpacked(Box::new(move || {
+                let (image, bytes) = engine.pack(checkpoint)?.measured()?;
+                tracing::info!(bytes, "packed a snapshot image to send");
+                if let Some(observer) = &observer {
+                    observer.image_packed(bytes);
+                }
+                Ok(image)
+            }))
+        } else {
+            // Simulations pack on the spot: no thread, the same image.
+            self.engine.pack(checkpoint).map_err(read_error)?
+        };
         Ok(Some(Snapshot {
-            meta: stored.meta,
+            meta,
             snapshot: Box::new(image),
         }))
     }

@@ -1,6 +1,6 @@
 //! The state machine through openraft's traits: deterministic apply, dedup,
-//! expiry and sweeps, rejections, snapshots between engines, and recovery
-//! from a snapshot after a crash loses buffered state.
+//! expiry and sweeps, rejections, snapshots between engines, and what a
+//! crash leaves of the state and its snapshot.
 
 use std::sync::Arc;
 
@@ -183,35 +183,77 @@ async fn an_invalid_command_applies_nothing() -> TestResult {
     Ok(())
 }
 
+/// Streams `image` into `follower` the way openraft's chunked transfer
+/// does (a seek to the end for its length, then reads from the start, each
+/// written into an image the follower began receiving), and installs it.
+async fn send<E: Engine>(
+    snapshot: openraft::storage::Snapshot<TypeConfig>,
+    follower: &mut StateMachineStore<E>,
+) -> TestResult {
+    use tokio::io::AsyncSeekExt;
+    let mut image = snapshot.snapshot;
+    let length = image.seek(std::io::SeekFrom::End(0)).await?;
+    image.seek(std::io::SeekFrom::Start(0)).await?;
+    let mut receiving = follower.begin_receiving_snapshot().await?;
+    let copied = tokio::io::copy(&mut image, &mut receiving).await?;
+    assert_eq!(copied, length, "the image streams whole");
+    receiving.shutdown().await?;
+    follower.install_snapshot(&snapshot.meta, receiving).await?;
+    Ok(())
+}
+
 async fn snapshot_moves_state<E: Engine>(source: Arc<E>, target: Arc<E>) -> TestResult {
     let mut leader = StateMachineStore::open(source)?;
     leader.apply(sample_log()).await?;
     let mut builder = leader.get_snapshot_builder().await;
-    // Applies after the builder was made do not leak into its image.
+    // Applies after the builder was made do not move its meta.
     apply_one(&mut leader, entry(6, 7_000, None, vec![set("late", "x", None)])).await?;
-    let snapshot = builder.build_snapshot().await?;
-    assert_eq!(snapshot.meta.last_log_id, Some(log_id(2, 1, 5)));
+    let built = builder.build_snapshot().await?;
+    assert_eq!(built.meta.last_log_id, Some(log_id(2, 1, 5)));
+    // The image to send is the state as applied when it is asked for, and
+    // a record of it replaces the built one.
+    let current = leader.get_current_snapshot().await?.ok_or("a snapshot is stored")?;
+    assert_eq!(current.meta.last_log_id, Some(log_id(2, 1, 6)));
+    assert_eq!(
+        leader.get_current_snapshot().await?.ok_or("a snapshot is stored")?.meta,
+        current.meta,
+        "asked again with nothing applied since: the same snapshot"
+    );
+    // Applies after the image was asked for stay out of it, though it is
+    // packed only as it is first read.
+    apply_one(&mut leader, entry(7, 8_000, None, vec![set("later", "y", None)])).await?;
 
     let mut follower = StateMachineStore::open(target)?;
     let reader = follower.reader();
-    follower.install_snapshot(&snapshot.meta, snapshot.snapshot).await?;
-    assert_eq!(follower.applied_state().await?.0, Some(log_id(2, 1, 5)));
-    assert_eq!(reader.applied_index(), 5);
-    assert!(reader.get_entry("ns", b"late", 0)?.is_none());
-    let current = follower
+    let meta = current.meta.clone();
+    send(current, &mut follower).await?;
+    assert_eq!(follower.applied_state().await?.0, Some(log_id(2, 1, 6)));
+    assert_eq!(reader.applied_index(), 6);
+    assert!(reader.get_entry("ns", b"late", 0)?.is_some());
+    assert!(reader.get_entry("ns", b"later", 0)?.is_none());
+    let installed = follower
         .get_current_snapshot()
         .await?
         .ok_or("installed snapshot is current")?;
-    assert_eq!(current.meta, snapshot.meta);
+    assert_eq!(installed.meta, meta);
     // The follower continues from the snapshot like the leader did.
-    let outcome = apply_one(&mut follower, entry(6, 7_000, None, vec![set("late", "x", None)])).await?;
-    assert_eq!(outcome.result, Ok(vec![OperationResult::Set { version: 6 }]));
+    let outcome = apply_one(&mut follower, entry(7, 8_000, None, vec![set("later", "y", None)])).await?;
+    assert_eq!(outcome.result, Ok(vec![OperationResult::Set { version: 7 }]));
     Ok(())
 }
 
 #[tokio::test]
 async fn a_snapshot_moves_state_between_memory_engines() -> TestResult {
     snapshot_moves_state(Arc::new(MemoryEngine::new()), Arc::new(MemoryEngine::new())).await
+}
+
+/// What a member's `snapshots/` holds.
+fn snapshot_files(root: &std::path::Path) -> std::io::Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(root.join("snapshots"))?
+        .map(|item| item.map(|item| item.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    names.sort();
+    Ok(names)
 }
 
 #[tokio::test]
@@ -221,23 +263,31 @@ async fn a_snapshot_moves_state_between_rocksdb_engines() -> TestResult {
     let target = Arc::new(RocksEngine::open(directory.path().join("target"))?);
     snapshot_moves_state(source, target).await?;
     // The image carried the writes in its copy of the write-ahead log: the
-    // build, which apply waits for, flushed no memtable into a table file.
+    // checkpoint, which apply waits for, flushed no memtable.
     let tables = std::fs::read_dir(directory.path().join("source").join("db"))?
         .filter_map(Result::ok)
         .filter(|item| item.path().extension().is_some_and(|extension| extension == "sst"))
         .count();
-    assert_eq!(tables, 0, "building the snapshot flushed the source's memtables");
-    // The restored image survives a reopen of the target directory.
+    assert_eq!(tables, 0, "taking the image flushed the source's memtables");
+    // Neither member keeps an image: the sent one went with its handle,
+    // the received one once the state it restored was on disk.
+    for member in ["source", "target"] {
+        assert_eq!(
+            snapshot_files(&directory.path().join(member))?,
+            ["current"],
+            "{member} keeps a second copy of its state"
+        );
+    }
+    // The restored state survives a reopen of the target directory.
     let reopened = StateMachineStore::open(Arc::new(RocksEngine::open(directory.path().join("target"))?))?;
-    assert_eq!(reopened.reader().applied_index(), 6);
+    assert_eq!(reopened.reader().applied_index(), 7);
     Ok(())
 }
 
-/// Snapshot images are files under `snapshots/`: a reopen removes the ones
-/// `current` does not name, and images built after it never overwrite the
-/// kept one, whose stream still restores elsewhere.
+/// A reopen removes images `current` does not name, and an image asked for
+/// earlier streams whole after newer snapshots replaced its record.
 #[tokio::test]
-async fn a_reopened_rocksdb_engine_keeps_its_snapshot_image_and_drops_leftovers() -> TestResult {
+async fn a_reopened_rocksdb_engine_keeps_its_snapshot_record_and_drops_leftovers() -> TestResult {
     let directory = tempfile::tempdir()?;
     let root = directory.path().join("source");
     let first = {
@@ -247,14 +297,7 @@ async fn a_reopened_rocksdb_engine_keeps_its_snapshot_image_and_drops_leftovers(
     };
     std::fs::write(root.join("snapshots/received-77"), b"a partial image")?;
     let mut state = StateMachineStore::open(Arc::new(RocksEngine::open(&root)?))?;
-    let names = || -> std::io::Result<Vec<String>> {
-        let mut names: Vec<String> = std::fs::read_dir(root.join("snapshots"))?
-            .map(|item| item.map(|item| item.file_name().to_string_lossy().into_owned()))
-            .collect::<Result<_, _>>()?;
-        names.sort();
-        Ok(names)
-    };
-    assert_eq!(names()?.len(), 2, "current and its image only: {:?}", names()?);
+    assert_eq!(snapshot_files(&root)?, ["current"]);
     let kept = state
         .get_current_snapshot()
         .await?
@@ -263,25 +306,85 @@ async fn a_reopened_rocksdb_engine_keeps_its_snapshot_image_and_drops_leftovers(
     apply_one(&mut state, entry(6, 7_000, None, vec![set("late", "x", None)])).await?;
     let second = state.get_snapshot_builder().await.build_snapshot().await?;
     assert_eq!(second.meta.last_log_id, Some(log_id(2, 1, 6)));
-    assert_eq!(names()?.len(), 2, "the older image is gone: {:?}", names()?);
-    // The first image, opened before it was replaced, still streams whole.
+    // The first image, asked for before it was replaced, still streams whole.
     let mut follower = StateMachineStore::open(Arc::new(RocksEngine::open(directory.path().join("target"))?))?;
-    follower.install_snapshot(&kept.meta, kept.snapshot).await?;
+    send(kept, &mut follower).await?;
     assert_eq!(follower.reader().applied_index(), 5);
+    assert_eq!(snapshot_files(&root)?, ["current"]);
+    drop(state);
+    let mut reopened = StateMachineStore::open(Arc::new(RocksEngine::open(&root)?))?;
+    assert_eq!(
+        reopened
+            .get_current_snapshot()
+            .await?
+            .ok_or("a snapshot is stored")?
+            .meta,
+        second.meta
+    );
     Ok(())
 }
 
 #[tokio::test]
-async fn a_crash_that_loses_state_behind_the_snapshot_restores_the_snapshot() -> TestResult {
+async fn a_built_snapshot_leaves_the_state_on_disk_at_least_that_far() -> TestResult {
     let engine = Arc::new(MemoryEngine::new());
     let mut state = StateMachineStore::open(engine.clone())?;
     state.apply(sample_log()).await?;
+    apply_one(&mut state, entry(6, 7_000, None, vec![set("built", "x", None)])).await?;
     state.get_snapshot_builder().await.build_snapshot().await?;
-    // Applies are buffered; the crash loses them all, but the snapshot was saved.
+    apply_one(&mut state, entry(7, 8_000, None, vec![set("late", "x", None)])).await?;
+    // Applies are buffered: the crash loses the one after the build, and
+    // keeps everything the build covered.
     engine.crash();
     let mut reopened = StateMachineStore::open(engine)?;
-    assert_eq!(reopened.applied_state().await?.0, Some(log_id(2, 1, 5)));
-    assert_eq!(reopened.reader().get_entry("ns", b"a", 0)?, None);
+    assert_eq!(reopened.applied_state().await?.0, Some(log_id(2, 1, 6)));
+    assert_eq!(
+        reopened.reader().get_entry("ns", b"built", 0)?.map(|entry| entry.value),
+        Some(b"x".to_vec())
+    );
+    assert_eq!(reopened.reader().get_entry("ns", b"late", 0)?, None);
+    Ok(())
+}
+
+/// A record saved with its image and newer than the state (an install a
+/// crash cut short, or format 1's buffered state) restores the image.
+#[tokio::test]
+async fn a_crash_that_leaves_the_state_behind_a_snapshot_with_its_image_restores_the_image() -> TestResult {
+    let mut leader = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    leader.apply(sample_log()).await?;
+    let current = leader.get_current_snapshot().await?;
+    assert!(current.is_none(), "no snapshot before a build");
+    leader.get_snapshot_builder().await.build_snapshot().await?;
+    let current = leader.get_current_snapshot().await?.ok_or("a snapshot is stored")?;
+    let image = current.snapshot.bytes().ok_or("memory images are bytes")?.to_vec();
+    let record = lode_raft_store::snapshot::StoredSnapshot { meta: current.meta }.to_bytes()?;
+    let engine = Arc::new(MemoryEngine::new());
+    engine.save_snapshot(
+        &record,
+        Some(&lode_raft_store::snapshot::SnapshotImage::Memory(std::io::Cursor::new(
+            image,
+        ))),
+    )?;
+    let reopened = StateMachineStore::open(engine)?;
+    assert_eq!(reopened.reader().applied_index(), 5);
+    Ok(())
+}
+
+/// A record saved without an image promises the state was on disk that
+/// far; a state behind it lost synced writes, and the member refuses to
+/// start rather than serve it.
+#[tokio::test]
+async fn a_state_behind_a_snapshot_without_an_image_refuses_to_open() -> TestResult {
+    let mut leader = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
+    leader.apply(sample_log()).await?;
+    let built = leader.get_snapshot_builder().await.build_snapshot().await?;
+    let record = lode_raft_store::snapshot::StoredSnapshot { meta: built.meta }.to_bytes()?;
+    let engine = Arc::new(MemoryEngine::new());
+    engine.save_snapshot(&record, None)?;
+    let opened = StateMachineStore::open(engine);
+    let Err(error) = opened else {
+        return Err("a state behind its snapshot opened".into());
+    };
+    assert!(error.to_string().contains("behind its snapshot"), "{error}");
     Ok(())
 }
 
@@ -291,7 +394,8 @@ async fn a_snapshot_built_while_a_newer_one_is_installed_does_not_replace_it() -
     let mut leader = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
     leader.apply(sample_log()).await?;
     apply_one(&mut leader, entry(6, 7_000, None, vec![set("late", "x", None)])).await?;
-    let newer = leader.get_snapshot_builder().await.build_snapshot().await?;
+    leader.get_snapshot_builder().await.build_snapshot().await?;
+    let newer = leader.get_current_snapshot().await?.ok_or("a snapshot is stored")?;
 
     // A follower starts building its own (index 5) and, before the build
     // finishes, installs the leader's.
@@ -438,7 +542,8 @@ async fn commands_grouped_in_one_entry_apply_in_order_and_each_on_its_own() -> T
 async fn the_dedup_table_travels_in_snapshots() -> TestResult {
     let mut leader = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
     let first = apply_one(&mut leader, entry(1, 1_000, Some(77), vec![set("k", "v", None)])).await?;
-    let snapshot = leader.get_snapshot_builder().await.build_snapshot().await?;
+    leader.get_snapshot_builder().await.build_snapshot().await?;
+    let snapshot = leader.get_current_snapshot().await?.ok_or("a snapshot is stored")?;
     let mut follower = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
     follower.install_snapshot(&snapshot.meta, snapshot.snapshot).await?;
     // The replay reaches a member that only has the snapshot: it returns
@@ -568,8 +673,8 @@ async fn a_stored_snapshot_lets_the_engine_drop_forgotten_records() -> TestResul
     apply_sixteen(&mut state).await?;
     state.get_snapshot_builder().await.build_snapshot().await?;
     assert_eq!(dedup_records(engine.as_ref())?, 15, "op id 1's record is dropped");
-    // A crash goes back to the snapshot, whose image still holds the
-    // record: it answers alike with or without it.
+    // A crash goes back no further than the snapshot: the state there
+    // answers alike with or without the record.
     engine.crash();
     let mut state = StateMachineStore::open(engine.clone())?;
     answers_after_sixteen(&mut state).await
@@ -737,7 +842,8 @@ async fn a_large_change_log_is_trimmed_back_to_its_limit_past_a_slack() -> TestR
 async fn a_bad_image_changes_nothing<E: Engine>(source: Arc<E>, target: Arc<E>) -> TestResult {
     let mut leader = StateMachineStore::open(source)?;
     leader.apply(sample_log()).await?;
-    let mut snapshot = leader.get_snapshot_builder().await.build_snapshot().await?;
+    leader.get_snapshot_builder().await.build_snapshot().await?;
+    let mut snapshot = leader.get_current_snapshot().await?.ok_or("a snapshot is stored")?;
     let mut image = Vec::new();
     snapshot.snapshot.read_to_end(&mut image).await?;
 

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    collect_range, dedup_record_forgotten, Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch, WriteOp,
+    collect_range, dedup_record_forgotten, Durability, Engine, Pair, Pairs, RangeRead, SavedSnapshot, Space,
+    WriteBatch, WriteOp,
 };
 use crate::error::{decode, encode, EngineError};
 use crate::snapshot::SnapshotImage;
@@ -25,8 +26,8 @@ struct State {
     durable: Spaces,
     /// Buffered batches not yet in `durable`, oldest first.
     unsynced: Vec<WriteBatch>,
-    /// The current snapshot: its record and image.
-    snapshot: Option<(Vec<u8>, Vec<u8>)>,
+    /// The current snapshot: its record and, if stored with one, its image.
+    snapshot: Option<(Vec<u8>, Option<Vec<u8>>)>,
     /// A full volume: every write fails, reads still work.
     full: bool,
 }
@@ -78,6 +79,15 @@ impl MemoryEngine {
     /// changes nothing.
     pub fn set_full(&self, full: bool) {
         self.lock().full = full;
+    }
+
+    /// Every buffered batch reaches `durable`, as a sync of a write-ahead
+    /// log makes every earlier record durable.
+    fn make_durable(state: &mut State) {
+        let pending = std::mem::take(&mut state.unsynced);
+        for batch in &pending {
+            apply(&mut state.durable, batch);
+        }
     }
 
     fn refuse_when_full(state: &State) -> Result<(), EngineError> {
@@ -203,10 +213,7 @@ impl Engine for MemoryEngine {
         apply(&mut state.current, &batch);
         state.unsynced.push(batch);
         if durability == Durability::Synced {
-            let pending = std::mem::take(&mut state.unsynced);
-            for batch in &pending {
-                apply(&mut state.durable, batch);
-            }
+            Self::make_durable(&mut state);
         }
         Ok(())
     }
@@ -225,6 +232,11 @@ impl Engine for MemoryEngine {
         Ok(SnapshotImage::Memory(Cursor::new(checkpoint)))
     }
 
+    fn sync_writes(&self) -> Result<(), EngineError> {
+        Self::make_durable(&mut self.lock());
+        Ok(())
+    }
+
     fn receiving_image(&self) -> Result<SnapshotImage, EngineError> {
         Ok(SnapshotImage::Memory(Cursor::new(Vec::new())))
     }
@@ -232,6 +244,7 @@ impl Engine for MemoryEngine {
     fn adopt_image(&self, image: SnapshotImage) -> Result<SnapshotImage, EngineError> {
         match image {
             SnapshotImage::Memory(_) => Ok(image),
+            SnapshotImage::Unpacked(unpacked) => self.adopt_image(unpacked.pack_now()?),
             SnapshotImage::File { .. } => Err(EngineError::corrupt("memory image", "a file, not bytes")),
         }
     }
@@ -252,22 +265,26 @@ impl Engine for MemoryEngine {
         Ok(())
     }
 
-    fn save_snapshot(&self, record: &[u8], image: &SnapshotImage) -> Result<(), EngineError> {
+    fn save_snapshot(&self, record: &[u8], image: Option<&SnapshotImage>) -> Result<(), EngineError> {
         let bytes = image
-            .bytes()
-            .ok_or_else(|| EngineError::corrupt("memory image", "a file, not bytes"))?;
+            .map(|image| {
+                image
+                    .bytes()
+                    .map(<[u8]>::to_vec)
+                    .ok_or_else(|| EngineError::corrupt("memory image", "a file, not bytes"))
+            })
+            .transpose()?;
         let mut state = self.lock();
         Self::refuse_when_full(&state)?;
-        state.snapshot = Some((record.to_vec(), bytes.to_vec()));
+        state.snapshot = Some((record.to_vec(), bytes));
         Ok(())
     }
 
-    fn load_snapshot(&self) -> Result<Option<(Vec<u8>, SnapshotImage)>, EngineError> {
-        Ok(self
-            .lock()
-            .snapshot
-            .clone()
-            .map(|(record, image)| (record, SnapshotImage::Memory(Cursor::new(image)))))
+    fn load_snapshot(&self) -> Result<Option<SavedSnapshot>, EngineError> {
+        Ok(self.lock().snapshot.clone().map(|(record, image)| SavedSnapshot {
+            record,
+            image: image.map(|image| SnapshotImage::Memory(Cursor::new(image))),
+        }))
     }
 
     fn forget_dedup_records_before(&self, time_micros: u64) {

@@ -124,6 +124,14 @@ pub enum Durability {
     Buffered,
 }
 
+/// The current snapshot as an engine stores it.
+pub struct SavedSnapshot {
+    /// openraft's meta, encoded (`snapshot::StoredSnapshot`).
+    pub record: Vec<u8>,
+    /// The image stored with the record, if there is one.
+    pub image: Option<SnapshotImage>,
+}
+
 /// One stored key and its value.
 pub type Pair = (Vec<u8>, Vec<u8>);
 
@@ -243,8 +251,12 @@ pub trait Engine: Send + Sync + 'static {
     fn checkpoint(&self) -> Result<Self::Checkpoint, EngineError>;
 
     /// Turns a checkpoint into an image another member can restore (for
-    /// RocksDB a file, written as a stream). Slow; runs off the apply path.
+    /// RocksDB a file, written as a stream, whose name is removed at once:
+    /// it is gone with its last handle). Slow; runs off the apply path.
     fn pack(&self, checkpoint: Self::Checkpoint) -> Result<SnapshotImage, EngineError>;
+
+    /// Makes every write so far durable, as a synced write would.
+    fn sync_writes(&self) -> Result<(), EngineError>;
 
     /// An empty image for openraft to write a received snapshot into.
     fn receiving_image(&self) -> Result<SnapshotImage, EngineError>;
@@ -262,12 +274,15 @@ pub trait Engine: Send + Sync + 'static {
     /// durably.
     fn finish_restore(&self, prepared: Self::Prepared) -> Result<(), EngineError>;
 
-    /// Stores `image` durably as the current snapshot, with `record` (its
-    /// meta) beside it, replacing the previous one.
-    fn save_snapshot(&self, record: &[u8], image: &SnapshotImage) -> Result<(), EngineError>;
+    /// Stores `record` (a snapshot's meta) durably as the current snapshot,
+    /// with `image` beside it if one is given, replacing the previous one
+    /// and its image. Without an image the record stands for the live
+    /// state, which the caller has made durable at least that far.
+    fn save_snapshot(&self, record: &[u8], image: Option<&SnapshotImage>) -> Result<(), EngineError>;
 
-    /// The record and image last stored by `save_snapshot`.
-    fn load_snapshot(&self) -> Result<Option<(Vec<u8>, SnapshotImage)>, EngineError>;
+    /// The record and, if one was stored with it, the image last stored by
+    /// `save_snapshot`.
+    fn load_snapshot(&self) -> Result<Option<SavedSnapshot>, EngineError>;
 
     /// Lets the engine drop, whenever it likes, the dedup records older than
     /// `time_micros`: the forgotten-before time of the snapshot just stored,

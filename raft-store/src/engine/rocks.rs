@@ -6,11 +6,13 @@
 //! - `db.installing/`: a snapshot image being restored, complete and fsynced
 //!   before it is renamed over `db/`;
 //! - `checkpoint-N.tmp/`: a RocksDB checkpoint being packed for a snapshot;
-//! - `snapshots/`: snapshot images (`built-N`, packed here; `received-N`,
-//!   written by openraft as chunks arrive; `image_archive.rs` is their
-//!   format) and `current`, which names the current snapshot's image and
-//!   holds its record, replaced by write-to-temp, fsync, rename, fsync of
-//!   the directory. An image `current` does not name is removed at open.
+//! - `snapshots/`: `current`, the current snapshot's record and the name
+//!   of its image if it has one, replaced by write-to-temp, fsync, rename,
+//!   fsync of the directory; and images (`image_archive.rs` is their
+//!   format): `received-N`, written by openraft as chunks arrive and kept
+//!   only while an install finishes, and `built-N`, packed for a follower,
+//!   whose name goes as soon as it is open. An image `current` does not
+//!   name is removed at open.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -21,7 +23,8 @@ use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteOpt
 use serde::{Deserialize, Serialize};
 
 use super::{
-    collect_range, damage, image_archive, Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch, WriteOp,
+    collect_range, damage, image_archive, Durability, Engine, Pair, Pairs, RangeRead, SavedSnapshot, Space, WriteBatch,
+    WriteOp,
 };
 use crate::error::{decode, encode, EngineError};
 use crate::snapshot::SnapshotImage;
@@ -77,7 +80,8 @@ impl Drop for RocksCheckpoint {
 /// The content of `snapshots/current`.
 #[derive(Serialize, Deserialize)]
 struct CurrentSnapshot {
-    /// The image's file name inside `snapshots/`.
+    /// The image's file name inside `snapshots/`; empty when the record
+    /// stands for the live state (format 1 always named an image).
     image: String,
     #[serde(with = "serde_bytes")]
     record: Vec<u8>,
@@ -588,20 +592,33 @@ impl Engine for RocksEngine {
             return Err(error);
         }
         let file = fs::File::open(&path).map_err(io_context(&path, "opening"))?;
+        // Read through its handle only: the space goes with the last one,
+        // and a crash leaves nothing behind.
+        fs::remove_file(&path).map_err(io_context(&path, "removing"))?;
         Ok(SnapshotImage::open_file(&path, file))
+    }
+
+    fn sync_writes(&self) -> Result<(), EngineError> {
+        let guard = self.read()?;
+        let db = guard.as_ref().ok_or_else(Self::closed)?;
+        Ok(db.flush_wal(true)?)
     }
 
     fn receiving_image(&self) -> Result<SnapshotImage, EngineError> {
         let (path, file) = self.new_image_file("received")?;
-        Ok(SnapshotImage::open_file(&path, file))
+        Ok(SnapshotImage::open_received(&path, file))
     }
 
     fn adopt_image(&self, image: SnapshotImage) -> Result<SnapshotImage, EngineError> {
-        if self.image_path(&image).is_ok() {
+        let image = match image {
+            SnapshotImage::Unpacked(unpacked) => unpacked.pack_now()?,
+            image => image,
+        };
+        if self.image_path(&image).is_ok_and(Path::exists) {
             return Ok(image);
         }
         // Read through the image's own handle: its file may be gone by name.
-        let SnapshotImage::File { path: source, file } = image else {
+        let SnapshotImage::File { path: source, file, .. } = image else {
             return Err(EngineError::corrupt("snapshot image", "bytes, not a file"));
         };
         let mut input = file.try_into_std().map_err(|_| {
@@ -613,7 +630,7 @@ impl Engine for RocksEngine {
         std::io::Seek::seek(&mut input, std::io::SeekFrom::Start(0)).map_err(io_context(&source, "seeking"))?;
         let (path, mut copy) = self.new_image_file("received")?;
         std::io::copy(&mut input, &mut copy).map_err(io_context(&path, "writing"))?;
-        Ok(SnapshotImage::open_file(&path, copy))
+        Ok(SnapshotImage::open_received(&path, copy))
     }
 
     fn prepare_restore(&self, image: &SnapshotImage) -> Result<RocksPrepared, EngineError> {
@@ -646,15 +663,19 @@ impl Engine for RocksEngine {
         Ok(())
     }
 
-    fn save_snapshot(&self, record: &[u8], image: &SnapshotImage) -> Result<(), EngineError> {
-        let path = self.image_path(image)?;
-        fs::File::open(path)
-            .and_then(|file| file.sync_all())
-            .map_err(io_context(path, "syncing"))?;
-        let name = path
-            .file_name()
-            .map(|name| name.to_string_lossy().into_owned())
-            .unwrap_or_default();
+    fn save_snapshot(&self, record: &[u8], image: Option<&SnapshotImage>) -> Result<(), EngineError> {
+        let name = match image {
+            Some(image) => {
+                let path = self.image_path(image)?;
+                fs::File::open(path)
+                    .and_then(|file| file.sync_all())
+                    .map_err(io_context(path, "syncing"))?;
+                path.file_name()
+                    .map(|name| name.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            }
+            None => String::new(),
+        };
         let previous = self.current_snapshot()?;
         let current = CurrentSnapshot {
             image: name.clone(),
@@ -669,20 +690,29 @@ impl Engine for RocksEngine {
         fs::rename(&temporary, snapshots.join("current")).map_err(io_context(&temporary, "renaming"))?;
         sync_directory(&snapshots)?;
         // An image still being sent stays readable through its open file.
-        if let Some(previous) = previous.filter(|previous| previous.image != name) {
+        if let Some(previous) = previous.filter(|previous| !previous.image.is_empty() && previous.image != name) {
             let old = snapshots.join(previous.image);
             fs::remove_file(&old).map_err(io_context(&old, "removing"))?;
         }
         Ok(())
     }
 
-    fn load_snapshot(&self) -> Result<Option<(Vec<u8>, SnapshotImage)>, EngineError> {
+    fn load_snapshot(&self) -> Result<Option<SavedSnapshot>, EngineError> {
         let Some(current) = self.current_snapshot()? else {
             return Ok(None);
         };
+        if current.image.is_empty() {
+            return Ok(Some(SavedSnapshot {
+                record: current.record,
+                image: None,
+            }));
+        }
         let path = self.snapshots().join(&current.image);
         let file = fs::File::open(&path).map_err(io_context(&path, "opening"))?;
-        Ok(Some((current.record, SnapshotImage::open_file(&path, file))))
+        Ok(Some(SavedSnapshot {
+            record: current.record,
+            image: Some(SnapshotImage::open_file(&path, file)),
+        }))
     }
 
     fn forget_dedup_records_before(&self, time_micros: u64) {

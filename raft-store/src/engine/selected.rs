@@ -4,7 +4,7 @@
 
 use super::memory::{Image, MemoryEngine};
 use super::rocks::{RocksCheckpoint, RocksEngine, RocksPrepared};
-use super::{Durability, Engine, Pair, Pairs, RangeRead, Space, WriteBatch};
+use super::{Durability, Engine, Pair, Pairs, RangeRead, SavedSnapshot, Space, WriteBatch};
 use crate::error::EngineError;
 use crate::snapshot::SnapshotImage;
 
@@ -110,6 +110,13 @@ impl Engine for SelectedEngine {
         }
     }
 
+    fn sync_writes(&self) -> Result<(), EngineError> {
+        match self {
+            SelectedEngine::Rocks(engine) => engine.sync_writes(),
+            SelectedEngine::Memory(engine) => engine.sync_writes(),
+        }
+    }
+
     fn receiving_image(&self) -> Result<SnapshotImage, EngineError> {
         match self {
             SelectedEngine::Rocks(engine) => engine.receiving_image(),
@@ -142,14 +149,14 @@ impl Engine for SelectedEngine {
         }
     }
 
-    fn save_snapshot(&self, record: &[u8], image: &SnapshotImage) -> Result<(), EngineError> {
+    fn save_snapshot(&self, record: &[u8], image: Option<&SnapshotImage>) -> Result<(), EngineError> {
         match self {
             SelectedEngine::Rocks(engine) => engine.save_snapshot(record, image),
             SelectedEngine::Memory(engine) => engine.save_snapshot(record, image),
         }
     }
 
-    fn load_snapshot(&self) -> Result<Option<(Vec<u8>, SnapshotImage)>, EngineError> {
+    fn load_snapshot(&self) -> Result<Option<SavedSnapshot>, EngineError> {
         match self {
             SelectedEngine::Rocks(engine) => engine.load_snapshot(),
             SelectedEngine::Memory(engine) => engine.load_snapshot(),
