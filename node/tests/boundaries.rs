@@ -488,6 +488,58 @@ async fn the_bench_is_bounded_and_reports_every_workload() {
     cluster.assert_no_errors();
 }
 
+/// The Deno KV workloads speak KV Connect to a follower's HTTP port as the
+/// Deno client does; the reads find what the writes stored, and a wrong
+/// token or a missing port is refused, naming what is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_runs_deno_kv_workloads_through_kv_connect() {
+    let cluster = TestCluster::start_with_http(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let endpoints = cluster.endpoints().join(",");
+    let url = cluster.kv_connect_url(cluster.a_follower(leader));
+    let bench = |workload: &str, token: &str| {
+        lode(
+            &[
+                "bench",
+                "--clients",
+                "4",
+                "--duration",
+                "2s",
+                "--requests-max",
+                "200",
+                "--keys",
+                "50",
+                "--workload",
+                workload,
+                "--kv-connect",
+                &url,
+                "--kv-connect-token",
+                token,
+                "--json",
+                "--quiet",
+            ],
+            &endpoints,
+        )
+    };
+    for (workload, name) in [("deno-set", "DenoSet"), ("deno-get", "DenoGet")] {
+        let output = bench(workload, support::ACCESS_TOKEN);
+        assert!(output.status.success(), "{workload}: {output:?}");
+        let result: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
+        assert_eq!(result["workload"], name);
+        assert_eq!(result["errors"], 0, "{workload}: {result}");
+        assert_eq!(result["ops"], 200, "{workload}: {result}");
+    }
+    let output = bench("deno-set", "not-the-token");
+    assert!(!output.status.success(), "{output:?}");
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(message.contains("401"), "{message}");
+    let output = lode(&["bench", "--workload", "deno-get", "--duration", "1s"], &endpoints);
+    assert!(!output.status.success(), "{output:?}");
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(message.contains("--kv-connect"), "{message}");
+    cluster.assert_no_errors();
+}
+
 /// A range read (Deno KV's snapshot read) has no cursor to return short
 /// with: one that would answer more than `ranges_read_bytes_max` is refused,
 /// naming the limit, and the member goes on serving reads within it.

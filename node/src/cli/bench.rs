@@ -10,6 +10,7 @@ use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use lode_client::Bounds;
 
+use super::bench_kv_connect::KvConnect;
 use super::helpers::Endpoints;
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +33,18 @@ pub enum Workload {
     Lease,
     /// Enqueue a message, claim one, finish it: three writes.
     Queue,
+    /// A Deno KV `set` of a random key through KV Connect (`--kv-connect`).
+    DenoSet,
+    /// A Deno KV strong `get` of a random key through KV Connect (every
+    /// key written first; an absent one counts as an error).
+    DenoGet,
+}
+
+impl Workload {
+    /// Whether the workload speaks KV Connect rather than the KV API.
+    fn is_deno(self) -> bool {
+        matches!(self, Workload::DenoSet | Workload::DenoGet)
+    }
 }
 
 /// Entries per page in the scan workload.
@@ -72,6 +85,14 @@ pub struct BenchArguments {
     /// No progress line on standard error each second.
     #[arg(long)]
     pub quiet: bool,
+    /// A member's HTTP port, `http://host:port`, for the Deno KV
+    /// workloads: each client opens its own KV Connect session there.
+    #[arg(long)]
+    pub kv_connect: Option<String>,
+    /// The KV Connect access token (the member's `--access-token`, or a
+    /// user's token) for the Deno KV workloads.
+    #[arg(long, env = "DENO_KV_ACCESS_TOKEN", hide_env_values = true)]
+    pub kv_connect_token: Option<String>,
 }
 
 impl BenchArguments {
@@ -125,6 +146,51 @@ struct Counters {
 }
 
 pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
+    check(&arguments)?;
+    let values = Values::new(arguments.value_bytes);
+    let arguments = Arc::new(arguments);
+    match arguments.workload {
+        Workload::Get | Workload::Cas | Workload::Scan | Workload::GetMany => prefill(&arguments, &values).await?,
+        Workload::DenoGet => prefill_deno(&arguments, &values).await?,
+        _ => {}
+    }
+    let counters = Arc::new(Counters::default());
+    let started = tokio::time::Instant::now();
+    let deadline = started + arguments.duration;
+    let connections = arguments.connections();
+    let clients = (0..connections)
+        .map(|_| arguments.endpoints.client())
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut workers = Vec::new();
+    for worker in 0..arguments.clients {
+        let deno = match arguments.workload.is_deno() {
+            true => Some(kv_connect_session(&arguments).await?),
+            false => None,
+        };
+        let client = Worker {
+            client: clients[worker % connections].clone(),
+            deno,
+            arguments: arguments.clone(),
+            counters: counters.clone(),
+            values: values.clone(),
+            worker,
+        };
+        workers.push(tokio::spawn(client.run(deadline)));
+    }
+    let progress = (!arguments.quiet).then(|| tokio::spawn(report_progress(counters.clone(), started)));
+    let mut total = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    for worker in workers {
+        total.add(worker.await?)?;
+    }
+    if let Some(progress) = progress {
+        progress.abort();
+    }
+    print_result(&arguments, &total, &counters, started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Refuses arguments the bench cannot run with, naming the flag.
+fn check(arguments: &BenchArguments) -> Result<(), anyhow::Error> {
     if arguments.clients == 0 || arguments.clients > BENCH_CLIENTS_MAX {
         anyhow::bail!("--clients must be 1 to {BENCH_CLIENTS_MAX} (bench_clients_max)");
     }
@@ -137,78 +203,103 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     if arguments.keys == 0 {
         anyhow::bail!("--keys must be at least 1");
     }
-    let values = Values::new(arguments.value_bytes);
-    let arguments = Arc::new(arguments);
-    if matches!(
-        arguments.workload,
-        Workload::Get | Workload::Cas | Workload::Scan | Workload::GetMany
-    ) {
-        prefill(&arguments, &values).await?;
+    if arguments.workload.is_deno() {
+        if arguments.kv_connect.is_none() {
+            anyhow::bail!("--kv-connect (a member's HTTP port, http://host:port) is needed for a Deno KV workload");
+        }
+        if arguments.kv_connect_token.is_none() {
+            anyhow::bail!("--kv-connect-token (or DENO_KV_ACCESS_TOKEN) is needed for a Deno KV workload");
+        }
     }
-    let counters = Arc::new(Counters::default());
-    let started = tokio::time::Instant::now();
-    let deadline = started + arguments.duration;
-    let connections = arguments.connections();
-    let clients = (0..connections)
-        .map(|_| arguments.endpoints.client())
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut workers = Vec::new();
-    for worker in 0..arguments.clients {
-        let client = clients[worker % connections].clone();
-        let (arguments, counters, values) = (arguments.clone(), counters.clone(), values.clone());
-        workers.push(tokio::spawn(async move {
-            let kv = client.kv(arguments.namespace.clone());
-            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds are valid");
-            let mut sequence = worker as u64;
-            while tokio::time::Instant::now() < deadline
-                && counters.issued.fetch_add(1, Ordering::Relaxed) < arguments.requests_max
-            {
-                sequence = sequence
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let key = format!("key-{}", sequence % arguments.keys);
-                let value = values.get(sequence >> 16);
-                let began = tokio::time::Instant::now();
-                let request = Request {
-                    client: &client,
-                    kv: &kv,
-                    arguments: &arguments,
-                    worker,
-                    sequence,
-                };
-                let result = match request.run(&key, value).await {
-                    Err(error) if error.is_version_conflict() => {
-                        counters.conflicts.fetch_add(1, Ordering::Relaxed);
-                        Ok(())
-                    }
-                    other => other,
-                };
-                let micros = began.elapsed().as_micros() as u64;
-                counters.completed.fetch_add(1, Ordering::Relaxed);
-                match result {
-                    Ok(()) => {
-                        let _ = histogram.record(micros.max(1));
-                    }
-                    Err(error) => {
-                        if counters.errors.fetch_add(1, Ordering::Relaxed) < 5 {
-                            eprintln!("error: {error}");
-                        }
+    Ok(())
+}
+
+/// A KV Connect session on a connection of its own, as `--kv-connect`
+/// and `--kv-connect-token` name (both checked present).
+async fn kv_connect_session(arguments: &BenchArguments) -> Result<KvConnect, anyhow::Error> {
+    let url = arguments.kv_connect.as_deref().unwrap_or_default();
+    let token = arguments.kv_connect_token.as_deref().unwrap_or_default();
+    KvConnect::connect(url, token).await
+}
+
+/// One client of the bench and what it shares with the others.
+struct Worker {
+    client: lode_client::Client,
+    deno: Option<KvConnect>,
+    arguments: Arc<BenchArguments>,
+    counters: Arc<Counters>,
+    values: Values,
+    worker: usize,
+}
+
+impl Worker {
+    /// Requests one after another until `deadline` or `--requests-max`;
+    /// answers their latencies.
+    async fn run(mut self, deadline: tokio::time::Instant) -> Histogram<u64> {
+        let kv = self.client.kv(self.arguments.namespace.clone());
+        let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds are valid");
+        let mut sequence = self.worker as u64;
+        let (arguments, counters) = (self.arguments.clone(), self.counters.clone());
+        while tokio::time::Instant::now() < deadline
+            && counters.issued.fetch_add(1, Ordering::Relaxed) < arguments.requests_max
+        {
+            sequence = sequence
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let key = format!("key-{}", sequence % arguments.keys);
+            let value = self.values.get(sequence >> 16);
+            let began = tokio::time::Instant::now();
+            let result = match &mut self.deno {
+                Some(session) => deno_request(session, arguments.workload, &key, value).await,
+                None => {
+                    let request = Request {
+                        client: &self.client,
+                        kv: &kv,
+                        arguments: &arguments,
+                        worker: self.worker,
+                        sequence,
+                    };
+                    request.run(&key, value).await.map_err(anyhow::Error::from)
+                }
+            };
+            let micros = began.elapsed().as_micros() as u64;
+            counters.completed.fetch_add(1, Ordering::Relaxed);
+            match result {
+                Ok(()) => {
+                    let _ = histogram.record(micros.max(1));
+                }
+                Err(error) if is_version_conflict(&error) => {
+                    counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                    let _ = histogram.record(micros.max(1));
+                }
+                Err(error) => {
+                    if counters.errors.fetch_add(1, Ordering::Relaxed) < 5 {
+                        eprintln!("error: {error:#}");
                     }
                 }
             }
-            histogram
-        }));
+        }
+        histogram
     }
-    let progress = (!arguments.quiet).then(|| tokio::spawn(report_progress(counters.clone(), started)));
-    let mut total = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    for worker in workers {
-        total.add(worker.await?)?;
+}
+
+fn is_version_conflict(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<lode_client::LodeError>()
+        .is_some_and(lode_client::LodeError::is_version_conflict)
+}
+
+/// One Deno KV request of the workload.
+async fn deno_request(
+    session: &mut KvConnect,
+    workload: Workload,
+    key: &str,
+    value: &[u8],
+) -> Result<(), anyhow::Error> {
+    match workload {
+        Workload::DenoGet => session.get(key).await,
+        _ => session.set(key, value).await,
     }
-    if let Some(progress) = progress {
-        progress.abort();
-    }
-    print_result(&arguments, &total, &counters, started.elapsed().as_secs_f64());
-    Ok(())
 }
 
 /// One line on standard error each second: requests done, the last
@@ -328,6 +419,9 @@ impl Request<'_> {
                     None => Ok(()),
                 }
             }
+            Workload::DenoSet | Workload::DenoGet => Err(lode_client::LodeError::Unsupported(
+                "a Deno KV workload runs through KV Connect, not the KV API".to_owned(),
+            )),
         }
     }
 }
@@ -359,6 +453,28 @@ async fn prefill(arguments: &Arc<BenchArguments>, values: &Values) -> Result<(),
                 key += workers;
             }
             Ok::<(), lode_client::LodeError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
+/// Writes every key once through KV Connect so Deno KV reads find values.
+async fn prefill_deno(arguments: &Arc<BenchArguments>, values: &Values) -> Result<(), anyhow::Error> {
+    let workers = arguments.clients.min(64) as u64;
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let mut session = kv_connect_session(arguments).await?;
+        let (keys, values) = (arguments.keys, values.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut key = worker;
+            while key < keys {
+                session.set(&format!("key-{key}"), values.get(key)).await?;
+                key += workers;
+            }
+            Ok::<(), anyhow::Error>(())
         }));
     }
     for task in tasks {

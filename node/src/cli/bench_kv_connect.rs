@@ -1,0 +1,185 @@
+//! The Deno KV workloads of `lode bench`: each client speaks KV Connect to
+//! a member's HTTP port as the Deno client does (the metadata exchange,
+//! then protobuf `snapshot_read` and `atomic_write` calls with the session
+//! token it was given), over one HTTP/1.1 connection of its own, so the
+//! figures are what a Deno user's program would see without Deno's own
+//! cost per call.
+
+use anyhow::{anyhow, bail, Context};
+use bytes::Bytes;
+use denokv_proto::datapath as pb;
+use denokv_proto::{Key, KeyPart};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, USER_AGENT};
+use prost::Message;
+
+/// Most bytes of one response body the bench reads: a point read's answer
+/// and the metadata document are far smaller.
+pub const BENCH_RESPONSE_BYTES_MAX: usize = 1 << 20;
+
+const PROTOBUF: &str = "application/x-protobuf";
+
+/// What the metadata exchange answers that the data path needs.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Metadata {
+    version: u64,
+    database_id: String,
+    token: String,
+    endpoints: Vec<MetadataEndpoint>,
+}
+
+#[derive(serde::Deserialize)]
+struct MetadataEndpoint {
+    url: String,
+    consistency: String,
+}
+
+/// One KV Connect session on one connection.
+pub struct KvConnect {
+    sender: SendRequest<Full<Bytes>>,
+    authority: String,
+    token: String,
+    database_id: String,
+    version: u64,
+    /// The path of the strong endpoint, e.g. `/kv/strong`.
+    strong_path: String,
+}
+
+impl KvConnect {
+    /// Connects to `url` (`http://host:port`, a member's HTTP port) and
+    /// exchanges metadata with `access_token`.
+    pub async fn connect(url: &str, access_token: &str) -> Result<Self, anyhow::Error> {
+        let authority = url
+            .strip_prefix("http://")
+            .ok_or_else(|| anyhow!("--kv-connect must be an http:// URL (the bench speaks no TLS), not {url}"))?
+            .trim_end_matches('/')
+            .to_owned();
+        let stream = tokio::net::TcpStream::connect(&authority)
+            .await
+            .with_context(|| format!("connecting to {authority}"))?;
+        stream.set_nodelay(true)?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        let mut session = Self {
+            sender,
+            authority,
+            token: access_token.to_owned(),
+            database_id: String::new(),
+            version: 0,
+            strong_path: String::new(),
+        };
+        let request = br#"{"supportedVersions":[1,2,3]}"#.to_vec();
+        let body = session.post("/", "application/json", request).await?;
+        let metadata: Metadata = serde_json::from_slice(&body).context("reading the metadata exchange's answer")?;
+        let strong = metadata
+            .endpoints
+            .iter()
+            .find(|endpoint| endpoint.consistency == "strong")
+            .ok_or_else(|| anyhow!("the metadata names no strong endpoint"))?;
+        let path_start = strong
+            .url
+            .find("/kv/")
+            .ok_or_else(|| anyhow!("the strong endpoint {} has no /kv/ path", strong.url))?;
+        session.strong_path = strong.url[path_start..].to_owned();
+        session.token = metadata.token;
+        session.database_id = metadata.database_id;
+        session.version = metadata.version;
+        Ok(session)
+    }
+
+    /// Sets `["bench", key]` to `value` (bytes), as `kv.set` does.
+    pub async fn set(&mut self, key: &str, value: &[u8]) -> Result<(), anyhow::Error> {
+        let write = pb::AtomicWrite {
+            mutations: vec![pb::Mutation {
+                key: bench_key(key)?,
+                value: Some(pb::KvValue {
+                    data: value.to_vec(),
+                    encoding: pb::ValueEncoding::VeBytes as i32,
+                }),
+                mutation_type: pb::MutationType::MSet as i32,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let path = format!("{}/atomic_write", self.strong_path);
+        let body = self.post(&path, PROTOBUF, write.encode_to_vec()).await?;
+        let output = pb::AtomicWriteOutput::decode(body).context("decoding an atomic_write answer")?;
+        if output.status != pb::AtomicWriteStatus::AwSuccess as i32 {
+            bail!("atomic_write answered status {}", output.status);
+        }
+        Ok(())
+    }
+
+    /// Reads `["bench", key]` strongly, as `kv.get` does: a range from the
+    /// key to the key and a zero byte, at most one entry. The workload
+    /// wrote every key first, so an absent one is an error.
+    pub async fn get(&mut self, key: &str) -> Result<(), anyhow::Error> {
+        let start = bench_key(key)?;
+        let mut end = start.clone();
+        end.push(0);
+        let read = pb::SnapshotRead {
+            ranges: vec![pb::ReadRange {
+                start,
+                end,
+                limit: 1,
+                reverse: false,
+            }],
+        };
+        let path = format!("{}/snapshot_read", self.strong_path);
+        let body = self.post(&path, PROTOBUF, read.encode_to_vec()).await?;
+        let output = pb::SnapshotReadOutput::decode(body).context("decoding a snapshot_read answer")?;
+        if output.status != pb::SnapshotReadStatus::SrSuccess as i32 || !output.read_is_strongly_consistent {
+            bail!(
+                "snapshot_read answered status {} (strong: {})",
+                output.status,
+                output.read_is_strongly_consistent
+            );
+        }
+        let found = output.ranges.first().is_some_and(|range| range.values.len() == 1);
+        if !found {
+            bail!("snapshot_read found no value at [\"bench\", \"{key}\"], which was written first");
+        }
+        Ok(())
+    }
+
+    /// One POST on the session's connection; an answer other than 2xx is
+    /// an error carrying the server's text.
+    async fn post(&mut self, path: &str, content_type: &str, body: Vec<u8>) -> Result<Bytes, anyhow::Error> {
+        let mut request = hyper::Request::post(path)
+            .header(HOST, &self.authority)
+            .header(AUTHORIZATION, format!("Bearer {}", self.token))
+            .header(CONTENT_TYPE, content_type)
+            .header(USER_AGENT, concat!("lode-bench/", env!("CARGO_PKG_VERSION")));
+        if self.version == 1 {
+            request = request.header("x-transaction-domain-id", &self.database_id);
+        } else if self.version >= 2 {
+            request = request
+                .header("x-denokv-database-id", &self.database_id)
+                .header("x-denokv-version", self.version.to_string());
+        }
+        let request = request.body(Full::new(Bytes::from(body)))?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), BENCH_RESPONSE_BYTES_MAX)
+            .collect()
+            .await
+            .map_err(|error| anyhow!("reading the answer to {path}: {error}"))?
+            .to_bytes();
+        if !status.is_success() {
+            bail!("{path} answered {status}: {}", String::from_utf8_lossy(&body));
+        }
+        Ok(body)
+    }
+}
+
+/// The Deno KV key `["bench", key]` in its tuple encoding.
+fn bench_key(key: &str) -> Result<Vec<u8>, anyhow::Error> {
+    let key = Key(vec![
+        KeyPart::String("bench".to_owned()),
+        KeyPart::String(key.to_owned()),
+    ]);
+    Ok(denokv_proto::encode_key(&key)?)
+}
