@@ -323,7 +323,7 @@ async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, rete
             let term = raft.metrics().borrow().current_term;
             let written = tokio::select! {
                 biased;
-                written = raft.client_write(Proposal { commands, retention }) => written,
+                written = raft.client_write(Proposal { commands: commands.into(), retention }) => written,
                 () = leadership_lost(&raft, term) => {
                     // openraft answers a proposal when its entry applies or
                     // is truncated, but not when a snapshot install replaces

@@ -24,7 +24,10 @@ pub struct OpId(pub u128);
 /// key, so a version (the entry's log index) names exactly one value of a key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proposal {
-    pub commands: Vec<Command>,
+    /// Shared: openraft copies an entry for each follower it replicates to
+    /// and for apply (`recent_entries.rs`), and a copy shares them. Encoded
+    /// as a sequence, the same bytes as a `Vec`.
+    pub commands: std::sync::Arc<[Command]>,
     /// How long dedup records and change events are kept, chosen by the
     /// proposing leader and logged, so every replica prunes alike.
     pub retention: Retention,
@@ -67,7 +70,7 @@ impl Proposal {
     /// A proposal of `commands`, with the default dedup retention.
     pub fn new(commands: Vec<Command>) -> Self {
         Self {
-            commands,
+            commands: commands.into(),
             retention: Retention::default(),
         }
     }

@@ -22,6 +22,7 @@ pub mod merge_patch;
 pub mod observer;
 pub mod queue;
 pub mod reader;
+pub(crate) mod recent_entries;
 pub mod recovery;
 pub mod runtime;
 pub mod snapshot;

@@ -5,6 +5,9 @@
 //!   the flush callback;
 //! - vote writes are synced;
 //! - `last_purged` is written in the same batch as the purge's range delete.
+//!
+//! The newest entries are also held in memory ([`RecentEntries`]), so the
+//! reads openraft makes right after an append skip the engine.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -18,6 +21,7 @@ use crate::engine::{run_blocking, Durability, Engine, Space, WriteBatch};
 use crate::error::{decode, encode, read_error, write_error, EngineError};
 use crate::injected_bugs::{self, InjectedBug};
 use crate::keys::{self, meta};
+use crate::recent_entries::RecentEntries;
 use crate::state_machine::SnapshotOnDisk;
 use crate::type_config::{NodeId, TypeConfig};
 
@@ -30,6 +34,7 @@ const LOG_READ_ENTRIES_MAX: usize = 4096;
 /// The Raft log and vote of one node. Clones share the engine.
 pub struct LogStore<E: Engine> {
     engine: Arc<E>,
+    recent: RecentEntries,
     /// When set, purges wait (this long at most) for the snapshot on disk
     /// to cover them, and stop at it.
     purge_limit: Option<(SnapshotOnDisk, Duration)>,
@@ -40,6 +45,7 @@ impl<E: Engine> Clone for LogStore<E> {
     fn clone(&self) -> Self {
         Self {
             engine: self.engine.clone(),
+            recent: self.recent.clone(),
             purge_limit: self.purge_limit.clone(),
             observer: self.observer.clone(),
         }
@@ -56,6 +62,7 @@ impl<E: Engine> LogStore<E> {
     pub fn new(engine: Arc<E>) -> Self {
         Self {
             engine,
+            recent: RecentEntries::default(),
             purge_limit: None,
             observer: None,
         }
@@ -111,6 +118,7 @@ impl<E: Engine> LogStore<E> {
         vote: &Vote<NodeId>,
         cluster_id: u128,
     ) -> Result<(), EngineError> {
+        self.recent.forget();
         let mut batch = WriteBatch::default();
         batch.put(
             Space::Log,
@@ -155,6 +163,9 @@ impl<E: Engine> RaftLogReader<TypeConfig> for LogStore<E> {
         let Some((start, end)) = index_bounds(&range) else {
             return Ok(Vec::new());
         };
+        if let Some(entries) = self.recent.read(start, end, LOG_READ_ENTRIES_MAX) {
+            return Ok(entries);
+        }
         let end_key = end.map(keys::log_key);
         let pairs = self
             .engine
@@ -235,9 +246,8 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         let began = self.observer.as_ref().map(|_| tokio::time::Instant::now());
         let mut batch = WriteBatch::default();
         let mut previous_index: Option<u64> = None;
-        let mut appended = 0usize;
+        let mut appended = Vec::new();
         for entry in entries {
-            appended += 1;
             // openraft hands over a contiguous run; a gap would leave a
             // hole in the log that a later read takes for a purge.
             debug_assert!(
@@ -247,7 +257,9 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
             );
             previous_index = Some(entry.log_id.index);
             let bytes = encode("log entry", &entry).map_err(write_error)?;
+            let length = bytes.len();
             batch.put(Space::Log, keys::log_key(entry.log_id.index).to_vec(), bytes);
+            appended.push((entry, length));
         }
         // One batch, synced before the callback: openraft counts the entries
         // as persisted (and may commit them) as soon as it is called.
@@ -259,8 +271,11 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         match result {
             Ok(()) => {
                 if let (Some(observer), Some(began)) = (&self.observer, began) {
-                    observer.log_appended(appended, began.elapsed());
+                    observer.log_appended(appended.len(), began.elapsed());
                 }
+                // Before the callback: openraft reads the entries back as
+                // soon as it learns they are on disk.
+                self.recent.appended(appended);
                 callback.log_io_completed(Ok(()));
                 Ok(())
             }
@@ -273,6 +288,7 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.recent.truncating(log_id.index);
         let mut batch = WriteBatch::default();
         batch.delete_range(
             Space::Log,
@@ -322,6 +338,7 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         if purged.is_some_and(|purged| purged.index >= log_id.index) {
             return Ok(());
         }
+        self.recent.purging(log_id.index);
         // `last_purged` and the range delete share one batch, so no reader
         // ever sees a log whose start is unexplained.
         let mut batch = WriteBatch::default();

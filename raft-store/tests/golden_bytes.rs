@@ -236,7 +236,8 @@ fn log_entry() -> Entry<TypeConfig> {
                 time_micros: 2,
                 operations: vec![Operation::SweepExpired { entries_max: 3 }],
             }),
-        ],
+        ]
+        .into(),
         retention: Retention {
             dedup_micros: 4,
             change_events_max: 5,

@@ -55,7 +55,7 @@ pub fn apply_proposal<E: Engine>(
         true => 0,
         false => dedup::forgotten_before(engine)?,
     };
-    for command in &proposal.commands {
+    for command in proposal.commands.iter() {
         clock = clock.max(command.body().time_micros);
         context.begin_command(clock);
         let cutoff_micros = clock
