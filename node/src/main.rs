@@ -7,6 +7,9 @@ use clap::Parser;
 
 mod cli;
 
+/// The fewest async workers a `lode` process runs.
+const RUNTIME_WORKERS_MIN: usize = 2;
+
 fn main() -> ExitCode {
     let arguments = cli::Arguments::parse();
     // Tests that run a deployment's members on one host give the names
@@ -29,7 +32,15 @@ fn main() -> ExitCode {
         // owner's alone: files 0600, directories 0700.
         rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // Two workers at least, even on one CPU: a member's log appends sync on
+    // the Raft core's own worker (`raft-store/src/log_store.rs`), and the
+    // ports must go on being served while one does.
+    let workers = std::thread::available_parallelism().map_or(RUNTIME_WORKERS_MIN, |cpus| cpus.get());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers.max(RUNTIME_WORKERS_MIN))
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("lode: cannot start the async runtime: {error}");

@@ -263,10 +263,18 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         }
         // One batch, synced before the callback: openraft counts the entries
         // as persisted (and may commit them) as soon as it is called.
+        //
+        // Written on the calling task, not on a blocking thread: openraft
+        // 0.9's core awaits this append before it does anything else, so
+        // no core work waits longer, and the two thread handoffs a blocking
+        // thread costs were a tenth of a single client's put (p50 1.22 ms
+        // against 1.09 ms inline; `block_in_place` was no better than
+        // `spawn_blocking`). The runtime keeps another worker for the
+        // ports meanwhile (`node/src/main.rs`).
         let result = if injected_bugs::enabled(InjectedBug::AcknowledgeBeforeSync) {
             self.engine.write(batch, Durability::Buffered)
         } else {
-            self.write_synced(batch).await
+            self.engine.write(batch, Durability::Synced)
         };
         match result {
             Ok(()) => {
