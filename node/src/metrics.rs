@@ -3,7 +3,9 @@
 //! log appends (one fsync each), applies and snapshots; Raft's term,
 //! leader, positions and each follower's replication lag; the state's
 //! size, memtables, pending compaction and quota; the change log; requests
-//! in flight. `docs/metrics.md` explains each. Gauges read from Raft and
+//! in flight; and, unprefixed, the process's CPU time, memory, threads and
+//! file descriptors (`process_metrics.rs`). `docs/metrics.md` explains
+//! each. Gauges read from Raft and
 //! RocksDB are set when a scrape asks, so they cost nothing in between.
 
 use std::time::Duration;
@@ -126,7 +128,7 @@ impl Metrics {
     pub fn new() -> Self {
         let requests: HistogramFamily<RequestLabels> = Family::new_with_constructor(latency_histogram);
         let mut metrics = Self {
-            registry: Registry::with_prefix("lode"),
+            registry: Registry::default(),
             requests,
             log_append_seconds: latency_histogram(),
             log_append_entries: count_histogram(),
@@ -168,7 +170,9 @@ impl Metrics {
     }
 
     fn register(&mut self) {
-        let registry = &mut self.registry;
+        self.registry
+            .register_collector(Box::new(crate::process_metrics::ProcessCollector));
+        let registry = self.registry.sub_registry_with_prefix("lode");
         let seconds = || Unit::Seconds;
         registry.register_with_unit(
             "request_duration",

@@ -76,6 +76,26 @@ async fn every_series_of_the_dashboard_exists_and_writes_move_the_write_metrics(
     assert!(series["lode_state_bytes"] > 0.0);
     assert!(series.contains_key("lode_block_cache_bytes"), "{body}");
     assert!(series.contains_key("lode_table_readers_bytes"), "{body}");
+    // The process's own series, under the names every exporter uses (the
+    // test's process: its members run in it).
+    assert!(series["process_cpu_seconds_total"] > 0.0, "{body}");
+    assert!(
+        series["process_resident_memory_bytes"] > f64::from(1u32 << 20),
+        "{body}"
+    );
+    assert!(series["process_virtual_memory_bytes"] >= series["process_resident_memory_bytes"]);
+    assert!(series["process_threads"] >= 1.0, "{body}");
+    assert!(series["process_open_fds"] >= 3.0, "{body}");
+    assert!(series["process_max_fds"] >= series["process_open_fds"], "{body}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    let started = series["process_start_time_seconds"];
+    assert!(
+        started <= now + 1.0 && started > now - 3600.0,
+        "started {started}, now {now}"
+    );
     let entries_bytes = body
         .lines()
         .find(|line| line.starts_with("lode_space_bytes{space=\"entries\"}"))
