@@ -59,6 +59,16 @@ fn parse_boot_time(text: &str) -> Option<u64> {
         .and_then(|seconds| seconds.trim().parse().ok())
 }
 
+/// The CPU time this process has used, in seconds, where `/proc` tells.
+pub fn process_cpu_seconds() -> Option<f64> {
+    let stat = parse_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+    Some(stat.cpu_ticks as f64 / ticks_per_second())
+}
+
+fn ticks_per_second() -> f64 {
+    rustix::param::clock_ticks_per_second().max(1) as f64
+}
+
 fn open_files() -> Option<u64> {
     let entries = std::fs::read_dir("/proc/self/fd").ok()?;
     Some(entries.take(OPEN_FILES_COUNTED_MAX).count() as u64)
@@ -83,7 +93,7 @@ fn encode_gauge<Value: EncodeGaugeValue + std::fmt::Debug>(
 
 /// The series `/proc/self/stat` (and `/proc/stat`'s boot time) give.
 fn encode_stat(encoder: &mut DescriptorEncoder, stat: &ProcessStat) -> std::fmt::Result {
-    let ticks_per_second = rustix::param::clock_ticks_per_second().max(1) as f64;
+    let ticks_per_second = ticks_per_second();
     let cpu = ConstCounter::new(stat.cpu_ticks as f64 / ticks_per_second);
     let help = "User and system CPU time the process has used";
     let metric = encoder.encode_descriptor("process_cpu", help, Some(&Unit::Seconds), cpu.metric_type())?;

@@ -529,6 +529,47 @@ async fn the_bench_runs_deno_kv_workloads_through_kv_connect() {
         assert_eq!(result["errors"], 0, "{workload}: {result}");
         assert_eq!(result["ops"], 200, "{workload}: {result}");
     }
+    // --cpu-of reads the members' CPU time from their /metrics before and
+    // after the run: the CPU a request cost each of them, and the bench.
+    let cpu_of = [url.clone(), cluster.kv_connect_url(leader)].join(",");
+    let measured = |cpu_of: &str| {
+        lode(
+            &[
+                "bench",
+                "--clients",
+                "4",
+                "--duration",
+                "2s",
+                "--requests-max",
+                "200",
+                "--cpu-of",
+                cpu_of,
+                "--json",
+                "--quiet",
+            ],
+            &endpoints,
+        )
+    };
+    let output = measured(&cpu_of);
+    assert!(output.status.success(), "{output:?}");
+    let result: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
+    let cpu = &result["cpu_us_per_request"];
+    assert_eq!(
+        cpu["by_member"].as_object().map(|members| members.len()),
+        Some(2),
+        "{result}"
+    );
+    assert!(cpu["members"].as_f64().is_some_and(|micros| micros > 0.0), "{result}");
+    assert!(cpu["bench"].as_f64().is_some_and(|micros| micros > 0.0), "{result}");
+    let output = measured("https://127.0.0.1:1");
+    assert!(!output.status.success(), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--cpu-of must name http://"));
+    let output = measured(&format!("http://127.0.0.1:{}", support::free_port()));
+    assert!(!output.status.success(), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("for --cpu-of"),
+        "{output:?}"
+    );
     let output = bench("deno-set", "not-the-token");
     assert!(!output.status.success(), "{output:?}");
     let message = String::from_utf8_lossy(&output.stderr);

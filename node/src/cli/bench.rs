@@ -10,6 +10,7 @@ use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use lode_client::Bounds;
 
+use super::bench_cpu;
 use super::bench_kv_connect::KvConnect;
 use super::helpers::Endpoints;
 
@@ -93,6 +94,15 @@ pub struct BenchArguments {
     /// user's token) for the Deno KV workloads.
     #[arg(long, env = "DENO_KV_ACCESS_TOKEN", hide_env_values = true)]
     pub kv_connect_token: Option<String>,
+    /// Members' HTTP ports, `http://host:port,...`: their CPU time
+    /// (`process_cpu_seconds_total`) is read before and after the run, and
+    /// the CPU each request cost them, and the bench, is reported.
+    #[arg(long, value_delimiter = ',')]
+    pub cpu_of: Vec<String>,
+    /// The token `--cpu-of` scrapes with, for members run with
+    /// `--metrics-role`.
+    #[arg(long, env = "LODE_METRICS_TOKEN", hide_env_values = true)]
+    pub cpu_of_token: Option<String>,
 }
 
 impl BenchArguments {
@@ -177,16 +187,32 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
         };
         workers.push(tokio::spawn(client.run(deadline)));
     }
+    let cpu_before = read_cpu(&arguments).await?;
     let progress = (!arguments.quiet).then(|| tokio::spawn(report_progress(counters.clone(), started)));
     let mut total = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     for worker in workers {
         total.add(worker.await?)?;
     }
+    let elapsed = started.elapsed().as_secs_f64();
     if let Some(progress) = progress {
         progress.abort();
     }
-    print_result(&arguments, &total, &counters, started.elapsed().as_secs_f64());
+    let cpu = match (cpu_before, read_cpu(&arguments).await?) {
+        (Some(before), Some(after)) => Some(before.per_request(&after, total.len())),
+        _ => None,
+    };
+    print_result(&arguments, &total, &counters, elapsed, cpu.as_ref());
     Ok(())
+}
+
+/// The CPU time of the `--cpu-of` members and of the bench, when asked.
+async fn read_cpu(arguments: &BenchArguments) -> Result<Option<bench_cpu::CpuReading>, anyhow::Error> {
+    if arguments.cpu_of.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(
+        bench_cpu::read(&arguments.cpu_of, arguments.cpu_of_token.as_deref()).await?,
+    ))
 }
 
 /// Refuses arguments the bench cannot run with, naming the flag.
@@ -321,7 +347,13 @@ async fn report_progress(counters: Arc<Counters>, started: tokio::time::Instant)
     }
 }
 
-fn print_result(arguments: &BenchArguments, total: &Histogram<u64>, counters: &Counters, elapsed: f64) {
+fn print_result(
+    arguments: &BenchArguments,
+    total: &Histogram<u64>,
+    counters: &Counters,
+    elapsed: f64,
+    cpu: Option<&bench_cpu::CpuPerRequest>,
+) {
     let done = total.len();
     let millis = |quantile: f64| total.value_at_quantile(quantile) as f64 / 1000.0;
     let errors = counters.errors.load(Ordering::Relaxed);
@@ -345,6 +377,19 @@ fn print_result(arguments: &BenchArguments, total: &Histogram<u64>, counters: &C
                 "max": total.max() as f64 / 1000.0,
             },
         });
+        let mut result = result;
+        if let Some(cpu) = cpu {
+            let by_member: serde_json::Map<String, serde_json::Value> = cpu
+                .by_member
+                .iter()
+                .map(|(url, micros)| (url.clone(), serde_json::json!(micros)))
+                .collect();
+            result["cpu_us_per_request"] = serde_json::json!({
+                "members": cpu.members,
+                "by_member": by_member,
+                "bench": cpu.bench,
+            });
+        }
         println!("{result}");
         return;
     }
@@ -367,6 +412,19 @@ fn print_result(arguments: &BenchArguments, total: &Histogram<u64>, counters: &C
         millis(0.999),
         total.max() as f64 / 1000.0
     );
+    if let Some(cpu) = cpu {
+        let by_member: Vec<String> = cpu
+            .by_member
+            .iter()
+            .map(|(url, micros)| format!("{url}={micros:.1}"))
+            .collect();
+        let bench = cpu.bench.map_or("unknown".to_owned(), |micros| format!("{micros:.1}"));
+        println!(
+            "cpu us/request: members={:.1} ({}) bench={bench}",
+            cpu.members,
+            by_member.join(" ")
+        );
+    }
 }
 
 /// One worker's next request.

@@ -2,6 +2,7 @@
 
 mod auth;
 mod bench;
+mod bench_cpu;
 mod bench_kv_connect;
 mod certificates;
 mod dev;
