@@ -497,29 +497,33 @@ async fn the_bench_runs_deno_kv_workloads_through_kv_connect() {
     let leader = cluster.wait_for_leader().await;
     let endpoints = cluster.endpoints().join(",");
     let url = cluster.kv_connect_url(cluster.a_follower(leader));
+    // 200 requests from 4 clients, the result as JSON, with `extra` flags.
+    let bench_with = |extra: &[&str]| {
+        let mut arguments = vec![
+            "bench",
+            "--clients",
+            "4",
+            "--duration",
+            "2s",
+            "--requests-max",
+            "200",
+            "--json",
+            "--quiet",
+        ];
+        arguments.extend_from_slice(extra);
+        lode(&arguments, &endpoints)
+    };
     let bench = |workload: &str, token: &str| {
-        lode(
-            &[
-                "bench",
-                "--clients",
-                "4",
-                "--duration",
-                "2s",
-                "--requests-max",
-                "200",
-                "--keys",
-                "50",
-                "--workload",
-                workload,
-                "--kv-connect",
-                &url,
-                "--kv-connect-token",
-                token,
-                "--json",
-                "--quiet",
-            ],
-            &endpoints,
-        )
+        bench_with(&[
+            "--keys",
+            "50",
+            "--workload",
+            workload,
+            "--kv-connect",
+            &url,
+            "--kv-connect-token",
+            token,
+        ])
     };
     for (workload, name) in [("deno-set", "DenoSet"), ("deno-get", "DenoGet")] {
         let output = bench(workload, support::ACCESS_TOKEN);
@@ -532,24 +536,7 @@ async fn the_bench_runs_deno_kv_workloads_through_kv_connect() {
     // --cpu-of reads the members' CPU time from their /metrics before and
     // after the run: the CPU a request cost each of them, and the bench.
     let cpu_of = [url.clone(), cluster.kv_connect_url(leader)].join(",");
-    let measured = |cpu_of: &str| {
-        lode(
-            &[
-                "bench",
-                "--clients",
-                "4",
-                "--duration",
-                "2s",
-                "--requests-max",
-                "200",
-                "--cpu-of",
-                cpu_of,
-                "--json",
-                "--quiet",
-            ],
-            &endpoints,
-        )
-    };
+    let measured = |cpu_of: &str| bench_with(&["--cpu-of", cpu_of]);
     let output = measured(&cpu_of);
     assert!(output.status.success(), "{output:?}");
     let result: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");

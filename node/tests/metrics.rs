@@ -16,14 +16,16 @@ fn dashboard_series() -> BTreeSet<String> {
     for panel in dashboard["panels"].as_array().expect("panels") {
         for target in panel["targets"].as_array().expect("targets") {
             let query = target["expr"].as_str().expect("a query");
-            let mut rest = query;
-            while let Some(at) = rest.find("lode_") {
-                let name: String = rest[at..]
-                    .chars()
-                    .take_while(|character| character.is_ascii_alphanumeric() || *character == '_')
-                    .collect();
-                rest = &rest[at + name.len()..];
-                names.insert(name);
+            for prefix in ["lode_", "process_"] {
+                let mut rest = query;
+                while let Some(at) = rest.find(prefix) {
+                    let name: String = rest[at..]
+                        .chars()
+                        .take_while(|character| character.is_ascii_alphanumeric() || *character == '_')
+                        .collect();
+                    rest = &rest[at + name.len()..];
+                    names.insert(name);
+                }
             }
         }
     }
