@@ -59,10 +59,14 @@ fn parse_boot_time(text: &str) -> Option<u64> {
         .and_then(|seconds| seconds.trim().parse().ok())
 }
 
+/// This process's `/proc/self/stat`, where it can be read and parsed.
+fn read_stat() -> Option<ProcessStat> {
+    parse_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
 /// The CPU time this process has used, in seconds, where `/proc` tells.
 pub fn process_cpu_seconds() -> Option<f64> {
-    let stat = parse_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
-    Some(stat.cpu_ticks as f64 / ticks_per_second())
+    Some(read_stat()?.cpu_ticks as f64 / ticks_per_second())
 }
 
 fn ticks_per_second() -> f64 {
@@ -129,8 +133,7 @@ fn encode_stat(encoder: &mut DescriptorEncoder, stat: &ProcessStat) -> std::fmt:
 
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok();
-        if let Some(stat) = stat.as_deref().and_then(parse_stat) {
+        if let Some(stat) = read_stat() {
             encode_stat(&mut encoder, &stat)?;
         }
         if let Some(open) = open_files() {

@@ -359,7 +359,7 @@ fn print_result(
     let errors = counters.errors.load(Ordering::Relaxed);
     let conflicts = counters.conflicts.load(Ordering::Relaxed);
     if arguments.json {
-        let result = serde_json::json!({
+        let mut result = serde_json::json!({
             "workload": format!("{:?}", arguments.workload),
             "clients": arguments.clients,
             "connections": arguments.connections(),
@@ -377,7 +377,6 @@ fn print_result(
                 "max": total.max() as f64 / 1000.0,
             },
         });
-        let mut result = result;
         if let Some(cpu) = cpu {
             let by_member: serde_json::Map<String, serde_json::Value> = cpu
                 .by_member

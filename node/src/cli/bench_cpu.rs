@@ -5,9 +5,9 @@
 //! whatever else runs; the CPU a request costs moves far less, so two
 //! builds compare better by it.
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, Context};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::Empty;
 use hyper::header::{AUTHORIZATION, HOST, USER_AGENT};
 
 /// Most bytes of a `/metrics` answer read: a member's is tens of KiB.
@@ -84,16 +84,7 @@ async fn get_metrics(authority: &str, token: Option<&str>) -> Result<Bytes, anyh
         request = request.header(AUTHORIZATION, format!("Bearer {token}"));
     }
     let response = sender.send_request(request.body(Empty::<Bytes>::new())?).await?;
-    let status = response.status();
-    let body = Limited::new(response.into_body(), METRICS_BYTES_MAX)
-        .collect()
-        .await
-        .map_err(|error| anyhow!("reading the answer: {error} (metrics_bytes_max = {METRICS_BYTES_MAX})"))?
-        .to_bytes();
-    if !status.is_success() {
-        bail!("/metrics answered {status}: {}", String::from_utf8_lossy(&body));
-    }
-    Ok(body)
+    super::helpers::read_answer(response, "/metrics", METRICS_BYTES_MAX).await
 }
 
 /// The value of the CPU series in a metrics text.

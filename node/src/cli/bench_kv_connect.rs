@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use denokv_proto::datapath as pb;
 use denokv_proto::{Key, KeyPart};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, USER_AGENT};
 use prost::Message;
@@ -162,16 +162,7 @@ impl KvConnect {
         let request = request.body(Full::new(Bytes::from(body)))?;
         self.sender.ready().await?;
         let response = self.sender.send_request(request).await?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), BENCH_RESPONSE_BYTES_MAX)
-            .collect()
-            .await
-            .map_err(|error| anyhow!("reading the answer to {path}: {error}"))?
-            .to_bytes();
-        if !status.is_success() {
-            bail!("{path} answered {status}: {}", String::from_utf8_lossy(&body));
-        }
-        Ok(body)
+        super::helpers::read_answer(response, path, BENCH_RESPONSE_BYTES_MAX).await
     }
 }
 

@@ -1,5 +1,5 @@
 //! What the command-line tool's commands share: the endpoints option,
-//! duration parsing, JSON output and the stop signal.
+//! duration parsing, JSON output, HTTP answers and the stop signal.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -151,4 +151,25 @@ pub fn print_json(value: &serde_json::Value) {
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
     );
+}
+
+/// The body of an HTTP answer to `path`, read up to `bytes_max` (more
+/// fails the read); an answer other than 2xx is an error carrying the
+/// server's text.
+pub async fn read_answer(
+    response: hyper::Response<hyper::body::Incoming>,
+    path: &str,
+    bytes_max: usize,
+) -> Result<bytes::Bytes, anyhow::Error> {
+    use http_body_util::BodyExt;
+    let status = response.status();
+    let body = http_body_util::Limited::new(response.into_body(), bytes_max)
+        .collect()
+        .await
+        .map_err(|error| anyhow::anyhow!("reading the answer to {path}: {error} (at most {bytes_max} bytes)"))?
+        .to_bytes();
+    if !status.is_success() {
+        anyhow::bail!("{path} answered {status}: {}", String::from_utf8_lossy(&body));
+    }
+    Ok(body)
 }
