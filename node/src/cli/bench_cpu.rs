@@ -84,7 +84,7 @@ async fn get_metrics(authority: &str, token: Option<&str>) -> Result<Bytes, anyh
         request = request.header(AUTHORIZATION, format!("Bearer {token}"));
     }
     let response = sender.send_request(request.body(Empty::<Bytes>::new())?).await?;
-    super::helpers::read_answer(response, "/metrics", METRICS_BYTES_MAX).await
+    super::helpers::read_answer(response, "/metrics", ("metrics_bytes_max", METRICS_BYTES_MAX)).await
 }
 
 /// The value of the CPU series in a metrics text.

@@ -162,7 +162,7 @@ impl KvConnect {
         let request = request.body(Full::new(Bytes::from(body)))?;
         self.sender.ready().await?;
         let response = self.sender.send_request(request).await?;
-        super::helpers::read_answer(response, path, BENCH_RESPONSE_BYTES_MAX).await
+        super::helpers::read_answer(response, path, ("bench_response_bytes_max", BENCH_RESPONSE_BYTES_MAX)).await
     }
 }
 

@@ -154,19 +154,19 @@ pub fn print_json(value: &serde_json::Value) {
 }
 
 /// The body of an HTTP answer to `path`, read up to `bytes_max` (more
-/// fails the read); an answer other than 2xx is an error carrying the
-/// server's text.
+/// fails the read, naming `limit` and its value); an answer other than
+/// 2xx is an error carrying the server's text.
 pub async fn read_answer(
     response: hyper::Response<hyper::body::Incoming>,
     path: &str,
-    bytes_max: usize,
+    (limit, bytes_max): (&str, usize),
 ) -> Result<bytes::Bytes, anyhow::Error> {
     use http_body_util::BodyExt;
     let status = response.status();
     let body = http_body_util::Limited::new(response.into_body(), bytes_max)
         .collect()
         .await
-        .map_err(|error| anyhow::anyhow!("reading the answer to {path}: {error} (at most {bytes_max} bytes)"))?
+        .map_err(|error| anyhow::anyhow!("reading the answer to {path}: {error} ({limit} = {bytes_max})"))?
         .to_bytes();
     if !status.is_success() {
         anyhow::bail!("{path} answered {status}: {}", String::from_utf8_lossy(&body));
