@@ -556,6 +556,71 @@ async fn the_dedup_table_travels_in_snapshots() -> TestResult {
     Ok(())
 }
 
+/// A follower that applied part of a log, then caught up by a snapshot of
+/// a different state at those keys, applies what follows judging by the
+/// snapshot's entries: nothing it held before the install decides an
+/// answer or a change event (a cache of applied entries kept over the
+/// install fails this).
+async fn apply_after_an_install_reads_the_snapshot<E: Engine>(engines: [Arc<E>; 2]) -> TestResult {
+    let [leader_engine, follower_engine] = engines;
+    let mut leader = StateMachineStore::open(leader_engine)?;
+    let mut follower = StateMachineStore::open(follower_engine)?;
+    let shared = || entry(1, 1_000, None, vec![set("k", "1", None), set("j", "1", None)]);
+    apply_one(&mut leader, shared()).await?;
+    apply_one(&mut follower, shared()).await?;
+    // Only the leader applies these: the follower catches up by snapshot.
+    apply_one(&mut leader, entry(2, 2_000, None, vec![set("k", "2", None)])).await?;
+    apply_one(&mut leader, entry(3, 3_000, None, vec![delete("j")])).await?;
+    leader.get_snapshot_builder().await.build_snapshot().await?;
+    let snapshot = leader.get_current_snapshot().await?.ok_or("a snapshot is stored")?;
+    send(snapshot, &mut follower).await?;
+    // A write on "k" conditioned on the snapshot's version, and a write of
+    // "j", which the snapshot holds deleted.
+    let mut conditioned = set("k", "3", None);
+    if let Operation::Set { precondition, .. } = &mut conditioned {
+        *precondition = Some(lode_raft_store::command::Precondition::Version(2));
+    }
+    let next = || entry(4, 4_000, None, vec![conditioned.clone(), set("j", "3", None)]);
+    let on_leader = apply_one(&mut leader, next()).await?;
+    let on_follower = apply_one(&mut follower, next()).await?;
+    assert_eq!(
+        on_leader.result,
+        Ok(vec![
+            OperationResult::Set { version: 4 },
+            OperationResult::Set { version: 4 }
+        ])
+    );
+    assert_eq!(on_follower, on_leader);
+    // The change events of entry 4 name the snapshot's values as old ones.
+    let changes = |state: &StateMachineStore<E>| -> Result<Vec<_>, Box<dyn std::error::Error>> {
+        let page = state
+            .reader()
+            .changes((3, u32::MAX), 100, "")?
+            .map_err(|compacted| format!("{compacted:?}"))?;
+        Ok(page.events)
+    };
+    let follower_changes = changes(&follower)?;
+    assert_eq!(follower_changes, changes(&leader)?);
+    assert_eq!(follower_changes.len(), 2, "{follower_changes:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn apply_after_an_install_reads_the_snapshot_on_memory_engines() -> TestResult {
+    apply_after_an_install_reads_the_snapshot([Arc::new(MemoryEngine::new()), Arc::new(MemoryEngine::new())]).await
+}
+
+#[tokio::test]
+async fn apply_after_an_install_reads_the_snapshot_on_rocksdb_engines() -> TestResult {
+    let leader = tempfile::tempdir()?;
+    let follower = tempfile::tempdir()?;
+    apply_after_an_install_reads_the_snapshot([
+        Arc::new(RocksEngine::open(leader.path())?),
+        Arc::new(RocksEngine::open(follower.path())?),
+    ])
+    .await
+}
+
 #[tokio::test]
 async fn dedup_records_expire_after_the_proposed_retention() -> TestResult {
     let mut state = StateMachineStore::open(Arc::new(MemoryEngine::new()))?;
