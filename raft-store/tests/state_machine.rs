@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use lode_raft_store::command::{Command, CommandV1, Encoding, OpId, Operation, OperationResult, Proposal, Rejection};
+use lode_raft_store::command::{
+    Command, CommandV1, Encoding, OpId, Operation, OperationResult, Precondition, Proposal, Rejection,
+};
 use lode_raft_store::engine::{Engine, Space};
 use lode_raft_store::{CommandOutcome, LogStore, MemoryEngine, RocksEngine, StateMachineStore, TypeConfig};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
@@ -578,7 +580,7 @@ async fn apply_after_an_install_reads_the_snapshot<E: Engine>(engines: [Arc<E>; 
     // "j", which the snapshot holds deleted.
     let mut conditioned = set("k", "3", None);
     if let Operation::Set { precondition, .. } = &mut conditioned {
-        *precondition = Some(lode_raft_store::command::Precondition::Version(2));
+        *precondition = Some(Precondition::Version(2));
     }
     let next = || entry(4, 4_000, None, vec![conditioned.clone(), set("j", "3", None)]);
     let on_leader = apply_one(&mut leader, next()).await?;
