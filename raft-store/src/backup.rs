@@ -82,13 +82,17 @@ pub fn take(
     })
 }
 
-/// Calls `each` with every pair of `space`, in pages.
+/// Calls `each` with every pair of `space` a reader sees (not the change
+/// events already trimmed), in pages.
 fn for_each_pair<E: Engine>(
     engine: &E,
     space: Space,
     mut each: impl FnMut(&[u8], &[u8]) -> Result<(), EngineError>,
 ) -> Result<(), EngineError> {
-    let mut start = Vec::new();
+    let mut start = match space {
+        Space::ChangeLog => crate::apply::change_log::first_live_key(engine)?,
+        _ => Vec::new(),
+    };
     loop {
         let page = engine.scan(space, &start, None, COUNT_PAGE_PAIRS)?;
         for (key, value) in &page {

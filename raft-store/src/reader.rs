@@ -133,7 +133,12 @@ impl<E: Engine> StateReader<E> {
                 continue;
             }
             feed(&mut digest, space.name().as_bytes());
-            let mut start = Vec::new();
+            // Trimmed events are gone for readers, whether or not this
+            // member's engine has dropped their bytes yet.
+            let mut start = match space {
+                Space::ChangeLog => crate::apply::change_log::first_live_key(self.engine.as_ref())?,
+                _ => Vec::new(),
+            };
             loop {
                 let page = self.engine.scan(space, &start, None, PAGE_PAIRS)?;
                 for (key, value) in &page {
@@ -389,8 +394,9 @@ impl<E: Engine> StateReader<E> {
         limit: usize,
         namespace_prefix: &str,
     ) -> Result<Result<ChangesPage, Compacted>, EngineError> {
-        if let Some(bytes) = self.engine.get(Space::StateMeta, keys::meta::CHANGE_TRIMMED_THROUGH)? {
-            let trimmed_through: (u64, u32) = decode("change log trim", &bytes)?;
+        // Events at or before this position may still be stored: the scan
+        // below must start past it.
+        if let Some(trimmed_through) = crate::apply::change_log::trimmed_through(self.engine.as_ref())? {
             if after < trimmed_through {
                 return Ok(Err(Compacted {
                     requested: after,

@@ -119,12 +119,42 @@ fn drop_image_of<E: Engine>(
     Ok(())
 }
 
-/// The meta of the state as applied, and its dedup forgotten-before time;
+/// What a state no longer reads, which the engine may drop once that
+/// state is durable: nothing a member can return to reads it.
+#[derive(Clone, Copy, Debug)]
+struct Forgettable {
+    /// Dedup records older than this time answer nothing.
+    dedup_before_micros: u64,
+    /// Change events at or before this position were trimmed.
+    change_events_through: Option<(u64, u32)>,
+}
+
+impl Forgettable {
+    fn of<E: Engine>(engine: &E) -> Result<Self, EngineError> {
+        Ok(Self {
+            dedup_before_micros: crate::apply::dedup::forgotten_before(engine)?,
+            change_events_through: crate::apply::change_log::trimmed_through(engine)?,
+        })
+    }
+
+    /// Tells the engine; call only once the state read is durable.
+    fn forget<E: Engine>(self, engine: &E) {
+        engine.forget_dedup_records_before(self.dedup_before_micros);
+        if let Some(position) = self.change_events_through {
+            engine.forget_change_events_through(position);
+        }
+    }
+}
+
+/// The meta of the state as applied, and what that state no longer reads;
 /// `sequence` tells snapshots of one position apart.
-fn applied_meta<E: Engine>(engine: &E, sequence: u64) -> Result<(SnapshotMeta<NodeId, Member>, u64), EngineError> {
+fn applied_meta<E: Engine>(
+    engine: &E,
+    sequence: u64,
+) -> Result<(SnapshotMeta<NodeId, Member>, Forgettable), EngineError> {
     let last_log_id = applied_log_id(engine)?;
     let last_membership: Membership = read_meta(engine, meta::MEMBERSHIP)?.unwrap_or_default();
-    let dedup_forgotten_before_micros = crate::apply::dedup::forgotten_before(engine)?;
+    let forgettable = Forgettable::of(engine)?;
     let snapshot_id = match last_log_id {
         Some(log_id) => format!("{}-{}-{sequence}", log_id.leader_id.term, log_id.index),
         None => format!("0-0-{sequence}"),
@@ -134,22 +164,22 @@ fn applied_meta<E: Engine>(engine: &E, sequence: u64) -> Result<(SnapshotMeta<No
         last_membership,
         snapshot_id,
     };
-    Ok((meta, dedup_forgotten_before_micros))
+    Ok((meta, forgettable))
 }
 
 /// Syncs the state and saves the record of `meta`, the state's position
-/// now or earlier; then lets the engine forget the dedup records that a
-/// state at `meta` no longer answers from.
+/// now or earlier; then lets the engine forget what a state at `meta` no
+/// longer reads.
 fn save_synced_state<E: Engine>(
     engine: &E,
     on_disk: &SnapshotOnDisk,
     meta: &SnapshotMeta<NodeId, Member>,
-    dedup_forgotten_before_micros: u64,
+    forgettable: Forgettable,
 ) -> Result<bool, EngineError> {
     engine.sync_writes()?;
     let saved = save_if_newer(engine, on_disk, meta, None)?;
     if saved {
-        engine.forget_dedup_records_before(dedup_forgotten_before_micros);
+        forgettable.forget(engine);
     }
     Ok(saved)
 }
@@ -295,14 +325,14 @@ fn changes_auth(payload: &EntryPayload<TypeConfig>) -> bool {
 pub struct SnapshotBuilder<E: Engine> {
     engine: Arc<E>,
     stored_snapshot: SnapshotOnDisk,
-    taken: Result<(SnapshotMeta<NodeId, Member>, u64), String>,
+    taken: Result<(SnapshotMeta<NodeId, Member>, Forgettable), String>,
     observer: crate::observer::Observer,
 }
 
 impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let taken = std::mem::replace(&mut self.taken, Err("snapshot builder used twice".to_owned()));
-        let (meta, dedup_forgotten_before_micros) = taken.map_err(|message| {
+        let (meta, forgettable) = taken.map_err(|message| {
             read_error(EngineError::io(
                 "reading the applied state",
                 std::io::Error::other(message),
@@ -314,7 +344,7 @@ impl<E: Engine> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<E> {
         // The sync covers every apply so far, so the state on disk is at
         // least at `meta`, taken between two applies before them.
         let saved = run_blocking(&self.engine, move |engine| {
-            save_synced_state(engine, &stored_snapshot, &saved_meta, dedup_forgotten_before_micros)
+            save_synced_state(engine, &stored_snapshot, &saved_meta, forgettable)
         })
         .await
         .map_err(|error| self.stored_snapshot.failure(error))?;
@@ -426,7 +456,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
             // Named by the record until the restored state is on disk.
             image.keep();
             engine.finish_restore(prepared)?;
-            engine.forget_dedup_records_before(crate::apply::dedup::forgotten_before(engine)?);
+            Forgettable::of(engine)?.forget(engine);
             // The restored state is on disk: the record stands for it alone.
             drop_image_of(engine, &stored_snapshot, &saved_meta)?;
             applied_log_id(engine)
@@ -466,8 +496,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         // Taken here, between two applies, so the checkpoint is the state
         // at `meta`.
         self.snapshot_sequence += 1;
-        let (mut meta, dedup_forgotten_before_micros) =
-            applied_meta(self.engine.as_ref(), self.snapshot_sequence).map_err(read_error)?;
+        let (mut meta, forgettable) = applied_meta(self.engine.as_ref(), self.snapshot_sequence).map_err(read_error)?;
         let checkpoint = self.engine.checkpoint().map_err(read_error)?;
         if meta.last_log_id == stored.meta.last_log_id {
             meta = stored.meta;
@@ -477,7 +506,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
             let on_disk = self.stored_snapshot.clone();
             let saved_meta = meta.clone();
             run_blocking(&self.engine, move |engine| {
-                save_synced_state(engine, &on_disk, &saved_meta, dedup_forgotten_before_micros)
+                save_synced_state(engine, &on_disk, &saved_meta, forgettable)
             })
             .await
             .map_err(|error| self.stored_snapshot.failure(error))?;

@@ -3,6 +3,16 @@
 //! proposal's retention once it is over it by a slack (1/64 of the limit),
 //! remembering the last position trimmed so that a reader asking for older
 //! events learns they are gone.
+//!
+//! A trim only moves that position: it deletes nothing. Every reader starts
+//! past it ([`first_live_key`]), so an event at or before it is gone for
+//! every reader on every member whether or not its bytes are still on disk.
+//! The engine drops them later, whole table files at a time, once a
+//! snapshot has made the position durable
+//! ([`crate::engine::Engine::forget_change_events_through`]). Deleting
+//! them key by key put a deletion of the oldest events into every table
+//! file of the newest ones, so every compaction of the family spanned the
+//! whole log and rewrote every live event (`docs/performance.md`).
 
 use crate::command::{ChangeEvent, ChangeKind, Encoding, Retention};
 use crate::engine::{Engine, Space, WriteBatch};
@@ -25,6 +35,31 @@ pub(super) struct Change {
 /// namespace (Lode's own records start with NUL and emit no changes).
 pub(super) fn user_key(entry_key: &[u8]) -> Option<(String, Vec<u8>)> {
     keys::split_entry_key(entry_key).filter(|(namespace, _)| !namespace.starts_with('\0'))
+}
+
+/// The last trimmed position, if the log was ever trimmed: events at or
+/// before it are gone.
+pub(crate) fn trimmed_through<E: Engine>(engine: &E) -> Result<Option<(u64, u32)>, EngineError> {
+    match engine.get(Space::StateMeta, meta::CHANGE_TRIMMED_THROUGH)? {
+        Some(bytes) => Ok(Some(decode("change log trim", &bytes)?)),
+        None => Ok(None),
+    }
+}
+
+/// The first change log key a reader may read: the one just past the
+/// trimmed-through position (its bytes may still be stored below it).
+pub(crate) fn first_live_key<E: Engine>(engine: &E) -> Result<Vec<u8>, EngineError> {
+    Ok(match trimmed_through(engine)? {
+        Some((index, sequence)) => key_after(index, sequence),
+        None => Vec::new(),
+    })
+}
+
+/// The smallest key after the event at (`index`, `sequence`).
+fn key_after(index: u64, sequence: u32) -> Vec<u8> {
+    let mut key = keys::change_key(index, sequence).to_vec();
+    key.push(0);
+    key
 }
 
 pub(crate) fn read_counter<E: Engine>(engine: &E, key: &[u8]) -> Result<u64, EngineError> {
@@ -87,7 +122,8 @@ pub(super) fn record_changes<E: Engine>(
 
 /// Once the log is over the retention's event or byte limit by its slack,
 /// trims the oldest events (at most `change_trim_per_apply_max`) while it
-/// is over the limit; answers the new count and bytes.
+/// is over the limit, by moving the trimmed-through position past them;
+/// answers the new count and bytes.
 fn trim_oldest<E: Engine>(
     engine: &E,
     batch: &mut WriteBatch,
@@ -102,17 +138,8 @@ fn trim_oldest<E: Engine>(
     if !over_slack {
         return Ok((count, bytes));
     }
-    // Start after the last trimmed event: the head of the log is a run
-    // of deletions an iterator would otherwise step over every time.
-    let mut start = match engine.get(Space::StateMeta, meta::CHANGE_TRIMMED_THROUGH)? {
-        Some(bytes) => {
-            let (index, sequence): (u64, u32) = decode("change log trim", &bytes)?;
-            let mut start = keys::change_key(index, sequence).to_vec();
-            start.push(0);
-            start
-        }
-        None => Vec::new(),
-    };
+    // Events before the start may still be stored; they were trimmed.
+    let mut start = first_live_key(engine)?;
     let mut trimmed_through = None;
     let mut trimmed = 0;
     while over(count, bytes) && trimmed < CHANGE_TRIM_PER_APPLY_MAX {
@@ -133,9 +160,8 @@ fn trim_oldest<E: Engine>(
             bytes = bytes.saturating_sub(value.len() as u64);
             trimmed += 1;
             trimmed_through = keys::split_change_key(&key);
-            start = key.clone();
+            start = key;
             start.push(0);
-            batch.delete(Space::ChangeLog, key);
         }
     }
     if let Some(through) = trimmed_through {

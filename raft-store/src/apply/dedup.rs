@@ -255,10 +255,7 @@ fn rebuild_results<E: Engine>(
         match rebuild(overlay, result)? {
             Some(result) => results.push(result),
             None => {
-                let trimmed_through = match overlay.engine.get(Space::StateMeta, meta::CHANGE_TRIMMED_THROUGH)? {
-                    Some(bytes) => decode("change log trim", &bytes)?,
-                    None => (0, 0),
-                };
+                let trimmed_through = super::change_log::trimmed_through(overlay.engine)?.unwrap_or((0, 0));
                 return Ok(Err(Rejection::AnswerCompacted { index, trimmed_through }));
             }
         }
@@ -344,8 +341,15 @@ fn find_value<E: Engine>(
     let Some((namespace, key)) = keys::split_entry_key(entry_key) else {
         return Ok(None);
     };
-    let start = keys::change_key(at_index, 0);
+    // Trimmed events may still be stored on one member and dropped on
+    // another: apply must not see them.
+    let start = keys::change_key(at_index, 0)
+        .to_vec()
+        .max(super::change_log::first_live_key(overlay.engine)?);
     let end = keys::change_key(at_index.saturating_add(1), 0);
+    if start.as_slice() >= end.as_slice() {
+        return Ok(None);
+    }
     let events = overlay
         .engine
         .scan(Space::ChangeLog, &start, Some(&end), REBUILD_EVENTS_EXAMINED_MAX)?;

@@ -290,6 +290,13 @@ pub trait Engine: Send + Sync + 'static {
     /// (`apply/dedup.rs`). The time only ever moves forward.
     fn forget_dedup_records_before(&self, time_micros: u64);
 
+    /// Lets the engine drop the change events at or before `position`: the
+    /// trimmed-through position of a state the engine has made durable,
+    /// so no state it can return to reads them (`apply/change_log.rs`).
+    /// RocksDB drops the table files that hold only such events; events
+    /// in a file that also holds later ones stay until a later call.
+    fn forget_change_events_through(&self, position: (u64, u32));
+
     /// Removes an image that was not saved (a built one older than the
     /// snapshot on disk, a received one that was refused); a file image
     /// stays readable through the handle `image` holds until it is dropped.

@@ -719,6 +719,25 @@ impl Engine for RocksEngine {
         self.dedup_forgotten_before.fetch_max(time_micros, Ordering::AcqRel);
     }
 
+    fn forget_change_events_through(&self, position: (u64, u32)) {
+        let end = crate::keys::change_key(position.0, position.1);
+        let dropped = self.read().and_then(|guard| {
+            let db = guard.as_ref().ok_or_else(Self::closed)?;
+            // Whole files, never a deletion: a file is dropped only if its
+            // last key is at or before `end`. The family holds no deletions
+            // that dropping a file could undo but in directories written
+            // before trims stopped deleting, and what such a deletion would
+            // bring back lies before the position, where no reader looks.
+            db.delete_file_in_range_cf(family(db, Space::ChangeLog)?, &[][..], &end[..])?;
+            Ok(())
+        });
+        if let Err(error) = dropped {
+            // Harmless to the state: the events stay on disk until the next
+            // snapshot's call drops them.
+            tracing::warn!(%error, ?position, "could not drop the change log's trimmed table files");
+        }
+    }
+
     fn discard_image(&self, image: &SnapshotImage) -> Result<(), EngineError> {
         let path = self.image_path(image)?;
         let current = self.current_snapshot()?.map(|current| current.image);

@@ -170,6 +170,13 @@ impl Engine for SelectedEngine {
         }
     }
 
+    fn forget_change_events_through(&self, position: (u64, u32)) {
+        match self {
+            SelectedEngine::Rocks(engine) => engine.forget_change_events_through(position),
+            SelectedEngine::Memory(engine) => engine.forget_change_events_through(position),
+        }
+    }
+
     fn discard_image(&self, image: &SnapshotImage) -> Result<(), EngineError> {
         match self {
             SelectedEngine::Rocks(engine) => engine.discard_image(image),
