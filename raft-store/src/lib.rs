@@ -27,6 +27,7 @@ pub mod recovery;
 pub mod runtime;
 pub mod snapshot;
 pub mod state_machine;
+pub(crate) mod trimmed_events;
 pub mod type_config;
 
 pub use command::{

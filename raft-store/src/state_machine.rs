@@ -41,6 +41,7 @@ pub struct StateMachineStore<E: Engine> {
     snapshot_sequence: u64,
     stored_snapshot: SnapshotOnDisk,
     observer: crate::observer::Observer,
+    trimmed_events: crate::trimmed_events::TrimmedEvents,
 }
 
 /// The last log id of the snapshot on disk, and the lock every snapshot
@@ -248,6 +249,7 @@ impl<E: Engine> StateMachineStore<E> {
                 failed: Arc::default(),
             },
             observer: None,
+            trimmed_events: Default::default(),
         })
     }
 
@@ -381,6 +383,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
     {
         let mut outcomes = Vec::new();
         let mut last_index = None;
+        let mut applied_entries = 0;
         for entry in entries {
             let began = self.observer.as_ref().map(|_| tokio::time::Instant::now());
             let outcome = self.apply_entry(&entry);
@@ -393,10 +396,14 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
                 observer.entry_applied(commands, began.elapsed());
             }
             last_index = Some(entry.log_id.index);
+            applied_entries += 1;
         }
         if let Some(index) = last_index {
             self.applied.set(index);
         }
+        self.trimmed_events
+            .applied(&self.engine, applied_entries)
+            .map_err(|error| self.stored_snapshot.failure(error))?;
         Ok(outcomes)
     }
 

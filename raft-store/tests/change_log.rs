@@ -148,6 +148,25 @@ async fn trimmed_events_read_alike_whether_or_not_the_engine_dropped_them() -> T
 
 #[tokio::test]
 async fn a_crash_after_the_drop_goes_back_no_further_than_the_snapshot() -> TestResult {
+    crash_after_a_drop(30, 20, |_| false).await
+}
+
+/// Every 256 entries the state machine drops what trims passed, after a
+/// sync: no snapshot needed, and a crash still goes back no further.
+#[tokio::test]
+async fn trimmed_events_are_dropped_without_a_snapshot_and_a_crash_goes_back_no_further() -> TestResult {
+    crash_after_a_drop(300, 0, |stored| stored < 60).await?;
+    // A drop that did not sync first would leave the state the crash goes
+    // back to (the snapshot's) without the events of its last entries.
+    crash_after_a_drop(300, 200, |stored| stored < 60).await
+}
+
+/// Applies a `length`-entry log to two members, a snapshot on the first
+/// after entry `snapshot_at` (none if 0); crashes the first, which then
+/// applies the log again from where its state went back to, and must see
+/// what the other sees. `dropped` judges the events the first stores just
+/// before its crash.
+async fn crash_after_a_drop(length: u64, snapshot_at: u64, dropped: fn(usize) -> bool) -> TestResult {
     let retention = Retention {
         change_events_max: 4,
         ..Retention::default()
@@ -155,30 +174,35 @@ async fn a_crash_after_the_drop_goes_back_no_further_than_the_snapshot() -> Test
     let engines = [Arc::new(MemoryEngine::new()), Arc::new(MemoryEngine::new())];
     let mut crashing = StateMachineStore::open(engines[0].clone())?;
     let mut steady = StateMachineStore::open(engines[1].clone())?;
-    let log: Vec<_> = (1..=30).map(|index| rewrite(index, retention)).collect();
-    for entry in &log[..20] {
+    let log: Vec<_> = (1..=length).map(|index| rewrite(index, retention)).collect();
+    for entry in &log {
         apply(&mut crashing, entry.clone()).await?;
+        if entry.log_id.index == snapshot_at {
+            crashing.get_snapshot_builder().await.build_snapshot().await?;
+        }
     }
-    crashing.get_snapshot_builder().await.build_snapshot().await?;
-    for entry in &log[20..] {
-        apply(&mut crashing, entry.clone()).await?;
-    }
-    // The buffered applies after the snapshot are lost; the log applies
+    let stored = stored_events(engines[0].as_ref())?;
+    assert!(snapshot_at > 0 || dropped(stored), "{stored} events stored");
+    // The buffered applies since the last sync are lost; the log applies
     // them again from there, as openraft would.
     engines[0].crash();
     let mut crashing = StateMachineStore::open(engines[0].clone())?;
     let applied = crashing.applied_state().await?.0.map_or(0, |log_id| log_id.index);
-    assert_eq!(applied, 20);
-    for entry in &log[20..] {
-        apply(&mut crashing, entry.clone()).await?;
+    assert!(applied >= snapshot_at && applied < length, "applied through {applied}");
+    // Readers see at once what a member that never crashed sees there,
+    // and after the log is applied again.
+    for part in [&log[..applied as usize], &log[applied as usize..]] {
+        for entry in part {
+            apply(&mut steady, entry.clone()).await?;
+            if entry.log_id.index > applied {
+                apply(&mut crashing, entry.clone()).await?;
+            }
+        }
+        assert_eq!(
+            seen(&crashing, engines[0].as_ref())?,
+            seen(&steady, engines[1].as_ref())?
+        );
     }
-    for entry in &log {
-        apply(&mut steady, entry.clone()).await?;
-    }
-    assert_eq!(
-        seen(&crashing, engines[0].as_ref())?,
-        seen(&steady, engines[1].as_ref())?
-    );
     Ok(())
 }
 
@@ -205,13 +229,15 @@ fn change_log_bytes(engine: &RocksEngine) -> Result<u64, Box<dyn std::error::Err
     Ok(bytes.ok_or("no change log figure")?)
 }
 
+/// Under a steady load of big values the family stays near its
+/// retention: the files behind the trimmed-through position are dropped.
 #[tokio::test]
-async fn rocksdb_drops_the_table_files_of_trimmed_events_once_a_snapshot_is_stored() -> TestResult {
-    const ENTRIES: u64 = 1_000;
+async fn rocksdb_drops_the_table_files_of_trimmed_events_under_load() -> TestResult {
     const SETS_PER_ENTRY: u64 = 16;
     const VALUE_BYTES: usize = 4_096;
     /// Each event holds the old and the new value.
-    const EVENTS_BYTES: u64 = ENTRIES * SETS_PER_ENTRY * 2 * VALUE_BYTES as u64;
+    const ENTRY_EVENTS_BYTES: u64 = SETS_PER_ENTRY * 2 * VALUE_BYTES as u64;
+    const ENTRIES: u64 = 1_000;
     let retention = Retention {
         change_bytes_max: 4 << 20,
         ..Retention::default()
@@ -219,42 +245,41 @@ async fn rocksdb_drops_the_table_files_of_trimmed_events_once_a_snapshot_is_stor
     let directory = tempfile::tempdir()?;
     let engine = Arc::new(RocksEngine::open(directory.path().join("state"))?);
     let mut state = StateMachineStore::open(engine.clone())?;
-    for index in 1..=ENTRIES {
+    let big_entry = |index: u64| {
         let sets = (0..SETS_PER_ENTRY)
             .map(|key| set(&format!("k{key}"), noise(index * SETS_PER_ENTRY + key, VALUE_BYTES)))
             .collect();
-        apply(&mut state, entry(index, None, sets, retention)).await?;
+        entry(index, None, sets, retention)
+    };
+    for index in 1..=ENTRIES {
+        apply(&mut state, big_entry(index)).await?;
     }
-    // Trimmed, but nothing dropped without a durable position.
-    let before = change_log_bytes(&engine)?;
-    assert!(
-        before > EVENTS_BYTES * 9 / 10,
-        "{before} of {EVENTS_BYTES} bytes stored"
-    );
-    let expected = seen(&state, engine.as_ref())?;
-    assert!(
-        expected.trimmed_through.0 > ENTRIES * 9 / 10,
-        "{:?}",
-        expected.trimmed_through
-    );
-
-    // Files still in level 0 move down as RocksDB compacts; each snapshot
-    // drops those that hold only trimmed events by then.
-    let bound = EVENTS_BYTES / 3;
+    // Drops run on a blocking thread as the load goes on, and files move
+    // out of level 0 as RocksDB compacts: the load goes on until they
+    // caught up.
+    let bound = ENTRIES * ENTRY_EVENTS_BYTES / 3;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut index = ENTRIES;
     while change_log_bytes(&engine)? > bound {
         assert!(
-            std::time::Instant::now() < deadline,
+            std::time::Instant::now() < deadline && index < 4 * ENTRIES,
             "{} bytes left, over {bound}",
             change_log_bytes(&engine)?
         );
         index += 1;
-        apply(&mut state, entry(index, None, vec![set("tick", Vec::new())], retention)).await?;
-        state.get_snapshot_builder().await.build_snapshot().await?;
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        apply(&mut state, big_entry(index)).await?;
+        tokio::task::yield_now().await;
     }
-    let after = seen(&state, engine.as_ref())?;
-    assert_eq!(after.events[..expected.events.len()], expected.events[..]);
+    // What readers see is whole: the retained events, newest last.
+    let seen = seen(&state, engine.as_ref())?;
+    // Each event also holds its key, namespace and position.
+    let retained_events_min = (4 << 20) / ENTRY_EVENTS_BYTES * SETS_PER_ENTRY * 9 / 10;
+    assert!(
+        seen.events.len() as u64 >= retained_events_min,
+        "{} events",
+        seen.events.len()
+    );
+    assert_eq!(seen.events.last().map(|position| position.0), Some(index));
+    assert_eq!(seen.counted_events, seen.events.len() as u64);
     Ok(())
 }

@@ -195,6 +195,13 @@ fn family_options(space: Space, cache: &rocksdb::Cache, dedup_forgotten_before: 
         options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
         options.set_memtable_whole_key_filtering(true);
     }
+    if space == Space::ChangeLog {
+        // Events are written once, in key order: each flushed file lies
+        // past every older one and moves down without a rewrite. Moved at
+        // once, it can be dropped whole once trimmed (`delete_file_in_range`
+        // passes over level 0), instead of waiting for three more flushes.
+        options.set_level_zero_file_num_compaction_trigger(1);
+    }
     match space {
         Space::Dedup => options.set_compaction_filter_factory(ForgottenDedupRecords {
             before_micros: dedup_forgotten_before.clone(),
