@@ -89,10 +89,7 @@ fn for_each_pair<E: Engine>(
     space: Space,
     mut each: impl FnMut(&[u8], &[u8]) -> Result<(), EngineError>,
 ) -> Result<(), EngineError> {
-    let mut start = match space {
-        Space::ChangeLog => crate::apply::change_log::first_live_key(engine)?,
-        _ => Vec::new(),
-    };
+    let mut start = crate::apply::change_log::first_readable_key(engine, space)?;
     loop {
         let page = engine.scan(space, &start, None, COUNT_PAGE_PAIRS)?;
         for (key, value) in &page {

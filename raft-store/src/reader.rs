@@ -135,10 +135,7 @@ impl<E: Engine> StateReader<E> {
             feed(&mut digest, space.name().as_bytes());
             // Trimmed events are gone for readers, whether or not this
             // member's engine has dropped their bytes yet.
-            let mut start = match space {
-                Space::ChangeLog => crate::apply::change_log::first_live_key(self.engine.as_ref())?,
-                _ => Vec::new(),
-            };
+            let mut start = crate::apply::change_log::first_readable_key(self.engine.as_ref(), space)?;
             loop {
                 let page = self.engine.scan(space, &start, None, PAGE_PAIRS)?;
                 for (key, value) in &page {

@@ -46,8 +46,7 @@ impl TrimmedEvents {
         if !engine.blocks_on_disk() {
             // The in-memory engine: at once, so a simulation stays on its
             // one thread.
-            engine.sync_writes()?;
-            engine.forget_change_events_through(through);
+            sync_then_drop(engine.as_ref(), through)?;
             self.dropped_through = Some(through);
             return Ok(());
         }
@@ -58,18 +57,21 @@ impl TrimmedEvents {
         self.dropped_through = Some(through);
         let (engine, dropping) = (engine.clone(), self.dropping.clone());
         tokio::task::spawn_blocking(move || {
-            // The sync covers the write that moved the position: it was
-            // made before this task began.
-            match engine.sync_writes() {
-                Ok(()) => engine.forget_change_events_through(through),
-                Err(error) => {
-                    // The next look retries once the position moves; a
-                    // failing disk fails the next apply's write anyway.
-                    tracing::warn!(%error, "could not sync the state before dropping trimmed change events");
-                }
+            if let Err(error) = sync_then_drop(engine.as_ref(), through) {
+                // The next look retries once the position moves; a failing
+                // disk fails the next apply's write anyway.
+                tracing::warn!(%error, "could not sync the state before dropping trimmed change events");
             }
             dropping.store(false, Ordering::Release);
         });
         Ok(())
     }
+}
+
+/// Makes every write so far durable, the one that moved the position to
+/// `through` included, then lets the engine drop the events behind it.
+fn sync_then_drop<E: Engine>(engine: &E, through: (u64, u32)) -> Result<(), EngineError> {
+    engine.sync_writes()?;
+    engine.forget_change_events_through(through);
+    Ok(())
 }

@@ -7,8 +7,9 @@
 //! A trim only moves that position: it deletes nothing. Every reader starts
 //! past it ([`first_live_key`]), so an event at or before it is gone for
 //! every reader on every member whether or not its bytes are still on disk.
-//! The engine drops them later, whole table files at a time, once a
-//! snapshot has made the position durable
+//! The engine drops them later, whole table files at a time, once the
+//! position is durable: after a sync every 256 applied entries
+//! (`trimmed_events.rs`) and at snapshots
 //! ([`crate::engine::Engine::forget_change_events_through`]). Deleting
 //! them key by key put a deletion of the oldest events into every table
 //! file of the newest ones, so every compaction of the family spanned the
@@ -53,6 +54,15 @@ pub(crate) fn first_live_key<E: Engine>(engine: &E) -> Result<Vec<u8>, EngineErr
         Some((index, sequence)) => key_after(index, sequence),
         None => Vec::new(),
     })
+}
+
+/// The first key of `space` a reader may read: past the trimmed-through
+/// position in the change log, the very first elsewhere.
+pub(crate) fn first_readable_key<E: Engine>(engine: &E, space: Space) -> Result<Vec<u8>, EngineError> {
+    match space {
+        Space::ChangeLog => first_live_key(engine),
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// The smallest key after the event at (`index`, `sequence`).

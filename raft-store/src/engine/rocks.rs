@@ -745,8 +745,8 @@ impl Engine for RocksEngine {
             Ok(())
         });
         if let Err(error) = dropped {
-            // Harmless to the state: the events stay on disk until the next
-            // snapshot's call drops them.
+            // Harmless to the state: the events stay on disk until a later
+            // call drops them.
             tracing::warn!(%error, ?position, "could not drop the change log's trimmed table files");
         }
     }
