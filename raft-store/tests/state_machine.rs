@@ -764,6 +764,47 @@ async fn rocksdb_drops_forgotten_records_as_it_compacts_once_a_snapshot_is_store
     answers_after_sixteen(&mut state).await
 }
 
+/// Op ids begin with their client's clock, so dedup table files rarely
+/// overlap and move down without a rewrite: only a periodic compaction
+/// takes each through the filter above. RocksDB's own record of the
+/// options a database runs with (its `OPTIONS-*` file) must show one far
+/// shorter than its default of 30 days.
+#[test]
+fn rocksdb_compacts_every_dedup_file_within_minutes() -> TestResult {
+    use lode_raft_store::engine::rocks::DEDUP_FILE_AGE_SECONDS_MAX;
+    let directory = tempfile::tempdir()?;
+    let engine = RocksEngine::open(directory.path().join("state"))?;
+    drop(engine);
+    let mut options_files = Vec::new();
+    for file in std::fs::read_dir(directory.path().join("state").join("db"))? {
+        let path = file?.path();
+        if path
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("OPTIONS-"))
+        {
+            options_files.push(path);
+        }
+    }
+    options_files.sort();
+    let newest = options_files.last().ok_or("no OPTIONS file")?;
+    let text = std::fs::read_to_string(newest)?;
+    let family = |name: &str| -> Option<String> {
+        let start = text.find(&format!("[CFOptions \"{name}\"]"))?;
+        let rest = &text[start + 1..];
+        let end = rest.find("\n[CFOptions").unwrap_or(rest.len());
+        Some(rest[..end].to_owned())
+    };
+    let seconds = |section: &str| -> Option<u64> {
+        section
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("periodic_compaction_seconds="))
+            .and_then(|value| value.parse().ok())
+    };
+    let dedup = family(Space::Dedup.name()).ok_or("no dedup family in the options")?;
+    assert_eq!(seconds(&dedup), Some(DEDUP_FILE_AGE_SECONDS_MAX));
+    Ok(())
+}
+
 #[tokio::test]
 async fn apply_records_changes_of_live_values_in_commit_order() -> TestResult {
     use lode_raft_store::command::ChangeKind;

@@ -132,6 +132,17 @@ const BLOOM_BITS_PER_KEY: f64 = 10.0;
 const MEMTABLE_BLOOM_RATIO: f64 = 0.05;
 
 const _: () = assert!(MEMTABLE_BYTES_BUSY * 3 <= MEMTABLE_BYTES_MAX);
+/// Longest a dedup table file goes without a compaction, which drops the
+/// forgotten records in it. Op ids begin with their client's clock
+/// (`lode_client::sdk::new_op_id`), so the family is written almost in key
+/// order: a flushed file overlaps few older ones and moves down without a
+/// rewrite, and without this its forgotten records would stay on disk
+/// until RocksDB's default of 30 days. A record stays on disk at most this
+/// long past the snapshot that forgot it.
+pub const DEDUP_FILE_AGE_SECONDS_MAX: u64 = 300;
+/// So a record forgotten under the default retention leaves the disk
+/// within about one more retention.
+const _: () = assert!(DEDUP_FILE_AGE_SECONDS_MAX * 1_000_000 <= crate::limits::DEDUP_RETENTION_MICROS);
 /// Write-ahead log files an instance keeps before it flushes the column
 /// families that hold the oldest one. A family written rarely (metadata)
 /// otherwise keeps every log file since its last flush alive: RocksDB's
@@ -209,9 +220,12 @@ fn family_options(space: Space, cache: &rocksdb::Cache, dedup_forgotten_before: 
         options.set_level_zero_file_num_compaction_trigger(1);
     }
     match space {
-        Space::Dedup => options.set_compaction_filter_factory(ForgottenDedupRecords {
-            before_micros: dedup_forgotten_before.clone(),
-        }),
+        Space::Dedup => {
+            options.set_compaction_filter_factory(ForgottenDedupRecords {
+                before_micros: dedup_forgotten_before.clone(),
+            });
+            options.set_periodic_compaction_seconds(DEDUP_FILE_AGE_SECONDS_MAX);
+        }
         // Only older directories hold this family, whose time index apply
         // no longer writes: compactions empty it.
         Space::DedupByTime => options

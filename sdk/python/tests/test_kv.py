@@ -143,3 +143,21 @@ async def test_state_stores(connection_string: str, tmp_path: Path) -> None:
         assert await store.delete("checkpoint") is True
         with pytest.raises(ls.InvalidError):
             await store.set("k" * 2049, b"v")
+
+
+def test_op_ids_begin_with_the_millisecond_they_were_made_and_never_repeat() -> None:
+    import time
+
+    from lode_sdk._wire import new_op_id
+
+    before = time.time_ns() // 1_000_000
+    ids = [new_op_id() for _ in range(10_000)]
+    after = time.time_ns() // 1_000_000
+    for op_id in ids:
+        assert len(op_id) == 32 and int(op_id, 16) >= 0
+        assert before <= int(op_id[:12], 16) <= after, op_id
+    assert len(set(ids)) == len(ids)
+    later = new_op_id()
+    while int(later[:12], 16) <= after:
+        later = new_op_id()
+    assert all(op_id < later for op_id in ids)

@@ -38,7 +38,11 @@ export function optionalU64FromWire(value: unknown): bigint | undefined {
   return value === null || value === undefined ? undefined : u64FromWire(value);
 }
 
-/** A fresh random op id: 128 bits as 32 hexadecimal digits. */
+/** A fresh op id as 32 hexadecimal digits: the wall clock's milliseconds
+ * in the top 48 bits, then 80 random bits. Ids made about the same time
+ * sort together, which keeps the members' dedup records written in order;
+ * only uniqueness is relied on. */
 export function newOpId(): string {
-  return randomBytes(16).toString("hex");
+  const millis = Date.now().toString(16).padStart(12, "0").slice(-12);
+  return millis + randomBytes(10).toString("hex");
 }
