@@ -11,6 +11,7 @@ use lode_client::connection::{CallFailure, Connection};
 use lode_client::protocol::{ByteBuf, ClusterId, ClusterStatus, RaftMessageKind};
 use lode_client::tls::Transport;
 use lode_client::LodeError;
+use lode_raft_store::log_durability::LogDurability;
 use lode_raft_store::{Member, NodeId, TypeConfig};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -94,6 +95,9 @@ pub struct NetworkFactory {
     pub lost_members: Arc<crate::admission::LostMembers>,
     /// Counts the snapshot bytes sent.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// How far this member's log is on disk: a commit index beyond it is
+    /// not sent (`lode_raft_store::log_durability`).
+    pub log_durability: Arc<LogDurability>,
 }
 
 pub struct PeerClient {
@@ -102,6 +106,7 @@ pub struct PeerClient {
     connection: Arc<Connection>,
     lost_members: Arc<crate::admission::LostMembers>,
     metrics: Arc<crate::metrics::Metrics>,
+    log_durability: Arc<LogDurability>,
     /// When the snapshot being sent sent its first chunk.
     snapshot_started: Option<tokio::time::Instant>,
     /// Whether the last call failed in transport, so that an outage is
@@ -119,6 +124,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             connection: self.peers.get(&node.peer_address),
             lost_members: self.lost_members.clone(),
             metrics: self.metrics.clone(),
+            log_durability: self.log_durability.clone(),
             snapshot_started: None,
             failing: false,
         }
@@ -221,9 +227,19 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 
     async fn append_entries(
         &mut self,
-        request: AppendEntriesRequest<TypeConfig>,
+        mut request: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId>>> {
+        // A message with entries goes at once, with the commit index only
+        // if this member holds it on disk; one without (a heartbeat, or
+        // news of the commit index) waits a little for that sync, as the
+        // commit index is what it carries.
+        let wait = if request.entries.is_empty() {
+            option.soft_ttl() / 2
+        } else {
+            Duration::ZERO
+        };
+        request.leader_commit = self.log_durability.commit_to_send(request.leader_commit, wait).await;
         self.send(RaftMessageKind::AppendEntries, &request, &option).await
     }
 

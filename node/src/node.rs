@@ -221,6 +221,7 @@ impl Node {
                 cluster: cluster.clone(),
                 lost_members: lost_members.clone(),
                 metrics: metrics.clone(),
+                log_durability: log_store.durability(),
             },
             log_store,
             state_machine,
@@ -465,7 +466,10 @@ async fn open_storage(
     let (log_engine, state_engine) = (Arc::new(log_engine), Arc::new(state_engine));
     let mut state_machine = StateMachineStore::open(state_engine.clone())?;
     let snapshot_on_disk = state_machine.snapshot_on_disk();
-    let mut log_store = LogStore::new(log_engine).purging_only_behind(snapshot_on_disk, PURGE_WAIT_FOR_SNAPSHOT);
+    let mut log_store = LogStore::new(log_engine)
+        .purging_only_behind(snapshot_on_disk, PURGE_WAIT_FOR_SNAPSHOT)
+        .syncing_own_appends_behind(config.id);
+    state_machine = state_machine.applying_only_durable(log_store.durability());
     // Timed on disk only: a simulated run records nothing.
     if matches!(config.storage, Storage::Disk) {
         state_machine = state_machine.observed_by(metrics.clone());

@@ -14,8 +14,10 @@ pub enum InjectedBug {
     /// A member answers linearizable reads from its own state whenever it
     /// believes it leads, without confirming leadership with a quorum.
     StaleLeaderReads,
-    /// Log appends are acknowledged to Raft before they are synced, so a
-    /// crash loses entries the leader counted towards a quorum.
+    /// Log appends are acknowledged to Raft before they are synced, and
+    /// counted as on disk: a follower's, and a leader's, which then waits
+    /// for no background sync. A crash loses entries the leader counted
+    /// towards a quorum.
     AcknowledgeBeforeSync,
     /// Apply ignores the dedup table, so a retried command applies twice.
     SkipDedup,
@@ -37,10 +39,20 @@ pub enum InjectedBug {
     /// write checked just before its caller lost a permission applies
     /// after.
     IgnoreGrantsRevision,
+    /// A leader's own appends, which it syncs in the background, count as
+    /// on disk as soon as they are written: apply and the commit index
+    /// sent to followers no longer wait for the sync, so a crash loses
+    /// entries already acknowledged.
+    CommitBeforeLeaderSync,
+    /// A member that led before it stopped reads its saved vote back as it
+    /// was, so openraft resumes leading the same term at once, and writes
+    /// new entries under the log ids of ones a crash took from it but a
+    /// follower holds.
+    ResumeLeadingAfterRestart,
 }
 
 impl InjectedBug {
-    pub const ALL: [InjectedBug; 7] = [
+    pub const ALL: [InjectedBug; 9] = [
         InjectedBug::StaleLeaderReads,
         InjectedBug::AcknowledgeBeforeSync,
         InjectedBug::SkipDedup,
@@ -48,9 +60,11 @@ impl InjectedBug {
         InjectedBug::DropOverdueClaims,
         InjectedBug::SkipCopyDestinationCheck,
         InjectedBug::IgnoreGrantsRevision,
+        InjectedBug::CommitBeforeLeaderSync,
+        InjectedBug::ResumeLeadingAfterRestart,
     ];
 
-    fn bit(self) -> u8 {
+    fn bit(self) -> u16 {
         match self {
             InjectedBug::StaleLeaderReads => 1,
             InjectedBug::AcknowledgeBeforeSync => 2,
@@ -59,12 +73,14 @@ impl InjectedBug {
             InjectedBug::DropOverdueClaims => 16,
             InjectedBug::SkipCopyDestinationCheck => 32,
             InjectedBug::IgnoreGrantsRevision => 64,
+            InjectedBug::CommitBeforeLeaderSync => 128,
+            InjectedBug::ResumeLeadingAfterRestart => 256,
         }
     }
 }
 
 thread_local! {
-    static ENABLED: Cell<u8> = const { Cell::new(0) };
+    static ENABLED: Cell<u16> = const { Cell::new(0) };
     static LOCAL_CLOCK: Cell<Option<fn() -> u64>> = const { Cell::new(None) };
 }
 

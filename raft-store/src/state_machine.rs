@@ -42,6 +42,8 @@ pub struct StateMachineStore<E: Engine> {
     stored_snapshot: SnapshotOnDisk,
     observer: crate::observer::Observer,
     trimmed_events: crate::trimmed_events::TrimmedEvents,
+    /// When set, an entry is applied only once the log holds it on disk.
+    log_durability: Option<Arc<crate::log_durability::LogDurability>>,
 }
 
 /// The last log id of the snapshot on disk, and the lock every snapshot
@@ -250,7 +252,15 @@ impl<E: Engine> StateMachineStore<E> {
             },
             observer: None,
             trimmed_events: Default::default(),
+            log_durability: None,
         })
+    }
+
+    /// Applies no entry before `durability` says the log holds it on disk:
+    /// a leader's own appends may not be yet (`log_durability.rs`).
+    pub fn applying_only_durable(mut self, durability: Arc<crate::log_durability::LogDurability>) -> Self {
+        self.log_durability = Some(durability);
+        self
     }
 
     /// Reports every applied entry, snapshot build and install to
@@ -385,6 +395,15 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         let mut last_index = None;
         let mut applied_entries = 0;
         for entry in entries {
+            if let Some(durability) = &self.log_durability {
+                if !durability.is_durable(entry.log_id.index) {
+                    let waited = durability.wait_until_durable(entry.log_id.index).await;
+                    waited.map_err(|error| {
+                        self.stored_snapshot
+                            .failure(EngineError::io("applying", std::io::Error::other(error)))
+                    })?;
+                }
+            }
             let began = self.observer.as_ref().map(|_| tokio::time::Instant::now());
             let outcome = self.apply_entry(&entry);
             outcomes.push(outcome.map_err(|error| self.stored_snapshot.failure(error))?);

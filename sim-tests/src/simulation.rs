@@ -33,6 +33,11 @@ use crate::workload::{self, KvClientPlan, LockClientPlan, NAMESPACE};
 
 /// The port every member serves clients on, inside its own simulated host.
 pub const PORT: u16 = 7000;
+/// How long a leader's background sync of its log takes: within the range
+/// of a message's latency (1 to 10 ms), so a follower's acknowledgement
+/// sometimes comes back before the leader's own copy is on disk, and a
+/// crash can fall in between.
+const LOG_SYNC_DELAY: Duration = Duration::from_millis(5);
 /// The port every member serves its peers on.
 pub const PEER_PORT: u16 = 7001;
 /// The history's client number of the verifier.
@@ -191,7 +196,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         .map(|id| {
             Rc::new(Member {
                 id,
-                log: MemoryEngine::new(),
+                log: MemoryEngine::new().with_sync_delay(LOG_SYNC_DELAY),
                 state: MemoryEngine::new(),
                 running: Rc::new(RefCell::new(None)),
                 exited: Rc::new(Cell::new(false)),

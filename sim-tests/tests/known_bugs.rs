@@ -7,6 +7,8 @@ use lode_sim_tests::{run, FaultMix, Scenario};
 
 /// Seeds tried per bug before the test gives up.
 const SEEDS_MAX: u64 = 24;
+/// Seeds tried for a bug that needs a rarer coincidence of faults.
+const SEEDS_MAX_RARE: u64 = 80;
 
 /// The first violation of a run, if any, as "checker: detail". The run has
 /// a thread of its own: a bug may trip one of openraft's own assertions (a
@@ -34,7 +36,11 @@ fn first_violation(scenario: Scenario) -> Option<String> {
 }
 
 fn caught(bug: InjectedBug, mix: FaultMix) {
-    for seed in 0..SEEDS_MAX {
+    caught_within(bug, mix, SEEDS_MAX);
+}
+
+fn caught_within(bug: InjectedBug, mix: FaultMix, seeds_max: u64) {
+    for seed in 0..seeds_max {
         if let Some(violation) = first_violation(Scenario::new(seed, mix).with_bug(bug)) {
             eprintln!("{bug:?} caught by seed {seed} ({mix}): {violation}");
             let control = first_violation(Scenario::new(seed, mix));
@@ -45,7 +51,7 @@ fn caught(bug: InjectedBug, mix: FaultMix) {
             return;
         }
     }
-    panic!("{bug:?} went unnoticed in {SEEDS_MAX} seeds of {mix}");
+    panic!("{bug:?} went unnoticed in {seeds_max} seeds of {mix}");
 }
 
 #[test]
@@ -56,6 +62,22 @@ fn a_deposed_leader_serving_reads_locally_is_caught() {
 #[test]
 fn appends_acknowledged_before_sync_are_caught() {
     caught(InjectedBug::AcknowledgeBeforeSync, FaultMix::Crashes);
+}
+
+#[test]
+fn entries_applied_before_the_leaders_background_sync_are_caught() {
+    caught(InjectedBug::CommitBeforeLeaderSync, FaultMix::Crashes);
+}
+
+#[test]
+fn a_restarted_leader_resuming_its_term_is_caught() {
+    // It takes a crash between a leader's append and its sync, a follower
+    // holding that append, and the leader back before another is elected.
+    caught_within(
+        InjectedBug::ResumeLeadingAfterRestart,
+        FaultMix::Crashes,
+        SEEDS_MAX_RARE,
+    );
 }
 
 #[test]

@@ -36,6 +36,8 @@ struct State {
 #[derive(Clone, Default)]
 pub struct MemoryEngine {
     state: Arc<Mutex<State>>,
+    /// [`Engine::modelled_sync_delay`].
+    sync_delay: std::time::Duration,
 }
 
 impl std::fmt::Debug for MemoryEngine {
@@ -53,6 +55,13 @@ pub struct Image {
 impl MemoryEngine {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Models a disk whose syncs take `delay`: a background sync of the
+    /// log waits that long (in the runtime's time) before it syncs.
+    pub fn with_sync_delay(mut self, delay: std::time::Duration) -> Self {
+        self.sync_delay = delay;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -136,6 +145,10 @@ impl Engine for MemoryEngine {
 
     fn blocks_on_disk(&self) -> bool {
         false
+    }
+
+    fn modelled_sync_delay(&self) -> std::time::Duration {
+        self.sync_delay
     }
 
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
@@ -233,7 +246,11 @@ impl Engine for MemoryEngine {
     }
 
     fn sync_writes(&self) -> Result<(), EngineError> {
-        Self::make_durable(&mut self.lock());
+        let mut state = self.lock();
+        // A full volume fails a sync too: what was buffered may need
+        // blocks it cannot get.
+        Self::refuse_when_full(&state)?;
+        Self::make_durable(&mut state);
         Ok(())
     }
 

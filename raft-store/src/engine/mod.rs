@@ -223,6 +223,13 @@ pub trait Engine: Send + Sync + 'static {
     /// False for the in-memory engine, which keeps simulation on one thread.
     fn blocks_on_disk(&self) -> bool;
 
+    /// How long a sync takes in a model of a disk, so a simulation can
+    /// crash a member between a write and its sync. Zero for a real disk,
+    /// whose syncs take what they take.
+    fn modelled_sync_delay(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
 
     /// Point reads of several keys from one consistent view of the engine.

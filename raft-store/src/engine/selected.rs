@@ -48,6 +48,13 @@ impl Engine for SelectedEngine {
         }
     }
 
+    fn modelled_sync_delay(&self) -> std::time::Duration {
+        match self {
+            SelectedEngine::Rocks(engine) => engine.modelled_sync_delay(),
+            SelectedEngine::Memory(engine) => engine.modelled_sync_delay(),
+        }
+    }
+
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
         match self {
             SelectedEngine::Rocks(engine) => engine.get(space, key),
