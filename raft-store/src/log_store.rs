@@ -139,6 +139,7 @@ impl<E: Engine> LogStore<E> {
             tokio::spawn(sync_in_background(
                 Arc::downgrade(&self.engine),
                 self.durability.clone(),
+                self.observer.clone(),
                 woken,
             ));
             wake
@@ -229,6 +230,7 @@ impl<E: Engine> LogStore<E> {
 async fn sync_in_background<E: Engine>(
     engine: Weak<E>,
     durability: Arc<LogDurability>,
+    observer: crate::observer::Observer,
     mut woken: tokio::sync::mpsc::Receiver<()>,
 ) {
     while woken.recv().await.is_some() {
@@ -245,10 +247,16 @@ async fn sync_in_background<E: Engine>(
         let Some(engine) = engine.upgrade() else {
             return;
         };
+        let began = observer.as_ref().map(|_| tokio::time::Instant::now());
         let synced = run_blocking(&engine, |engine| engine.sync_writes()).await;
         drop(engine);
         match synced {
-            Ok(()) => durability.synced_up_to(newest),
+            Ok(()) => {
+                durability.synced_up_to(newest);
+                if let (Some(observer), Some(began)) = (&observer, began) {
+                    observer.log_synced(began.elapsed());
+                }
+            }
             Err(error) => {
                 tracing::error!(%error, "syncing the Raft log failed; this member stops applying");
                 durability.sync_failed();

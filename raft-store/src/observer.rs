@@ -1,5 +1,5 @@
 //! What the storage layer reports of its own work, for a member's metrics:
-//! log appends (one synced batch each), entries applied, snapshots built,
+//! log appends (one batch each) and the leader's background syncs, entries applied, snapshots built,
 //! packed and installed. The node implements it with Prometheus histograms; the
 //! simulation sets none, so nothing is timed there.
 
@@ -8,8 +8,11 @@ use std::time::Duration;
 
 /// Receives the storage layer's timings; every method defaults to nothing.
 pub trait StorageObserver: Send + Sync + 'static {
-    /// `entries` log entries were appended and synced in `duration`.
+    /// `entries` log entries were appended in `duration`: synced on a
+    /// follower, only written for a leader's own.
     fn log_appended(&self, _entries: usize, _duration: Duration) {}
+    /// A background sync of a leader's own appends took `duration`.
+    fn log_synced(&self, _duration: Duration) {}
     /// One log entry of `commands` commands was applied in `duration`.
     fn entry_applied(&self, _commands: usize, _duration: Duration) {}
     /// A snapshot (a record of the synced state) was built in `duration`.
