@@ -8,7 +8,8 @@
 //!
 //! Invariants, each kept under the one lock:
 //! - the entries held are contiguous, and the last of them is the last
-//!   entry of the log: every append goes through here after it is synced,
+//!   entry of the log: every append goes through here once it is written
+//!   (a follower's synced, a leader's own synced in the background),
 //!   and a truncation or purge drops its entries here before it reaches
 //!   the disk, so nothing is held that the log does not hold;
 //! - a read is answered from here only when every entry it asks for is
@@ -103,7 +104,7 @@ impl RecentEntries {
         self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Entries just synced to the log, in order, each with its encoded
+    /// Entries just written to the log, in order, each with its encoded
     /// length. An entry at an index already held replaces it and every
     /// entry after it, as an append after a conflict does on disk.
     pub fn appended(&self, entries: Vec<(Entry<TypeConfig>, usize)>) {
