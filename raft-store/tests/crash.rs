@@ -7,7 +7,7 @@ use std::process::{Command as Process, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lode_raft_store::command::{Command, CommandV1, Encoding, Operation, Proposal};
+use lode_raft_store::command::{Command, Proposal};
 use lode_raft_store::{LogStore, RocksEngine, StateMachineStore, TypeConfig};
 use openraft::storage::{RaftLogReader, RaftLogStorageExt, RaftStateMachine};
 use openraft::testing::log_id;
@@ -17,21 +17,10 @@ const CHILD_DIRECTORY_VARIABLE: &str = "LODE_CRASH_CHILD_DIRECTORY";
 const WRITES_MAX: u64 = 100_000;
 const ACKNOWLEDGED_BEFORE_KILL: u64 = 300;
 
+mod support;
+
 fn command(index: u64) -> Command {
-    Command::V1(CommandV1 {
-        op_id: None,
-        time_micros: index,
-        operations: vec![Operation::Set {
-            namespace: "crash".to_owned(),
-            key: format!("key-{index}").into_bytes(),
-            value: index.to_be_bytes().to_vec(),
-            encoding: Encoding::Bytes,
-            expires_at_micros: None,
-            precondition: None,
-            fence: None,
-            session: None,
-        }],
-    })
+    support::set_command("crash", index)
 }
 
 fn entry(index: u64) -> Entry<TypeConfig> {

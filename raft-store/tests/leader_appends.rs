@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use lode_raft_store::command::{Command, CommandV1, Encoding, Operation, Proposal};
+use lode_raft_store::command::Proposal;
 use lode_raft_store::{LogStore, MemoryEngine, NodeId, StateMachineStore, TypeConfig};
 use openraft::storage::{RaftLogReader, RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::testing::log_id;
@@ -16,24 +16,12 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const LEADER: NodeId = 1;
 
+mod support;
+
 fn entry(leader: NodeId, index: u64) -> Entry<TypeConfig> {
-    let command = Command::V1(CommandV1 {
-        op_id: None,
-        time_micros: index,
-        operations: vec![Operation::Set {
-            namespace: "appends".to_owned(),
-            key: format!("key-{index}").into_bytes(),
-            value: index.to_be_bytes().to_vec(),
-            encoding: Encoding::Bytes,
-            expires_at_micros: None,
-            precondition: None,
-            fence: None,
-            session: None,
-        }],
-    });
     Entry {
         log_id: log_id(3, leader, index),
-        payload: EntryPayload::Normal(Proposal::single(command)),
+        payload: EntryPayload::Normal(Proposal::single(support::set_command("appends", index))),
     }
 }
 
