@@ -47,9 +47,9 @@ struct Progress {
     unsynced: VecDeque<(u64, u64)>,
     /// The sequence number the next unsynced append gets.
     next_sequence: u64,
-    /// Set once a background sync failed: from then on nothing more is
-    /// known to reach the disk.
-    failed: bool,
+    /// Why a background sync failed, once one did: from then on nothing
+    /// more is known to reach the disk.
+    failed: Option<String>,
 }
 
 impl Progress {
@@ -62,9 +62,10 @@ impl Progress {
 /// The background sync failed, so the entry waited for may never be on
 /// disk; the member must stop.
 #[derive(Debug, thiserror::Error)]
-#[error("syncing the Raft log failed, so log index {index} is not known to be on disk")]
+#[error("syncing the Raft log failed ({cause}), so log index {index} is not known to be on disk")]
 pub struct NotDurable {
     pub index: u64,
+    pub cause: String,
 }
 
 impl Default for LogDurability {
@@ -118,9 +119,10 @@ impl LogDurability {
         });
     }
 
-    /// A background sync failed.
-    pub(crate) fn sync_failed(&self) {
-        self.progress.send_modify(|progress| progress.failed = true);
+    /// A background sync failed with `cause`; apply reports it when it
+    /// stops the member.
+    pub(crate) fn sync_failed(&self, cause: String) {
+        self.progress.send_modify(|progress| progress.failed = Some(cause));
     }
 
     /// Whether the entry at `index` (and every one before it) is on disk.
@@ -133,13 +135,20 @@ impl LogDurability {
     pub async fn wait_until_durable(&self, index: u64) -> Result<(), NotDurable> {
         let mut progress = self.progress.subscribe();
         let waited = progress
-            .wait_for(|progress| progress.covers(index) || progress.failed)
+            .wait_for(|progress| progress.covers(index) || progress.failed.is_some())
             .await
-            .map(|progress| progress.covers(index));
+            .map(|progress| match progress.covers(index) {
+                true => None,
+                false => progress.failed.clone(),
+            });
         match waited {
-            Ok(true) => Ok(()),
+            Ok(None) => Ok(()),
+            Ok(Some(cause)) => Err(NotDurable { index, cause }),
             // The sender lives in `self`, so the wait ends only by a change.
-            Ok(false) | Err(_) => Err(NotDurable { index }),
+            Err(_) => Err(NotDurable {
+                index,
+                cause: "the log store is gone".to_owned(),
+            }),
         }
     }
 
@@ -219,9 +228,12 @@ mod tests {
         assert!(waiter.await.is_ok_and(|waited| waited.is_ok()));
 
         durability.written_unsynced(4);
-        durability.sync_failed();
+        durability.sync_failed("the disk is gone".to_owned());
         let failed = durability.wait_until_durable(4).await;
-        assert!(failed.is_err_and(|error| error.to_string().contains("log index 4")));
+        assert!(failed.is_err_and(|error| {
+            let message = error.to_string();
+            message.contains("log index 4") && message.contains("the disk is gone")
+        }));
         // What was on disk before stays so.
         assert!(durability.wait_until_durable(3).await.is_ok());
     }

@@ -258,8 +258,9 @@ async fn sync_in_background<E: Engine>(
                 }
             }
             Err(error) => {
-                tracing::error!(%error, "syncing the Raft log failed; this member stops applying");
-                durability.sync_failed();
+                // Not logged here: apply fails with it, and the member
+                // stops and says why.
+                durability.sync_failed(error.to_string());
                 return;
             }
         }
