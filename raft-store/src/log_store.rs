@@ -60,6 +60,13 @@ struct BackgroundSync {
     wake: OnceLock<tokio::sync::mpsc::Sender<()>>,
 }
 
+impl BackgroundSync {
+    /// Whether `vote` makes this member the leader.
+    fn leads_by(&self, vote: &Vote<NodeId>) -> bool {
+        vote.is_committed() && vote.leader_id().node_id == self.node_id
+    }
+}
+
 impl<E: Engine> Clone for LogStore<E> {
     fn clone(&self) -> Self {
         Self {
@@ -234,18 +241,16 @@ async fn sync_in_background<E: Engine>(
     mut woken: tokio::sync::mpsc::Receiver<()>,
 ) {
     while woken.recv().await.is_some() {
-        let delay = match engine.upgrade() {
-            Some(engine) => engine.modelled_sync_delay(),
-            None => return,
+        let Some(engine) = engine.upgrade() else {
+            return;
         };
+        // Zero on a real disk: only a simulation sleeps here.
+        let delay = engine.modelled_sync_delay();
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
         let Some(newest) = durability.newest_unsynced() else {
             continue;
-        };
-        let Some(engine) = engine.upgrade() else {
-            return;
         };
         let began = observer.as_ref().map(|_| tokio::time::Instant::now());
         let synced = run_blocking(&engine, |engine| engine.sync_writes()).await;
@@ -345,7 +350,7 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         let batch = Self::meta_batch(meta::VOTE, vote).map_err(write_error)?;
         self.write_synced(batch).await.map_err(write_error)?;
         if let Some(background) = &self.background_sync {
-            let leads = vote.is_committed() && vote.leader_id().node_id == background.node_id;
+            let leads = background.leads_by(vote);
             *background
                 .leading
                 .lock()
@@ -368,11 +373,14 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
                 && self
                     .background_sync
                     .as_ref()
-                    .is_some_and(|background| vote.is_committed() && vote.leader_id().node_id == background.node_id)
+                    .is_some_and(|background| background.leads_by(vote))
         };
-        Ok(vote.map(|vote| match resumes_leading(&vote) {
-            true => Vote::new(vote.leader_id().term, vote.leader_id().node_id),
-            false => vote,
+        Ok(vote.map(|vote| {
+            if resumes_leading(&vote) {
+                Vote::new(vote.leader_id().term, vote.leader_id().node_id)
+            } else {
+                vote
+            }
         }))
     }
 

@@ -396,13 +396,11 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         let mut applied_entries = 0;
         for entry in entries {
             if let Some(durability) = &self.log_durability {
-                if !durability.is_durable(entry.log_id.index) {
-                    let waited = durability.wait_until_durable(entry.log_id.index).await;
-                    waited.map_err(|error| {
-                        self.stored_snapshot
-                            .failure(EngineError::io("applying", std::io::Error::other(error)))
-                    })?;
-                }
+                let waited = durability.wait_until_durable(entry.log_id.index).await;
+                waited.map_err(|error| {
+                    self.stored_snapshot
+                        .failure(EngineError::io("applying", std::io::Error::other(error)))
+                })?;
             }
             let began = self.observer.as_ref().map(|_| tokio::time::Instant::now());
             let outcome = self.apply_entry(&entry);
