@@ -7,7 +7,8 @@
 //!   by a background task, and [`LogDurability`] holds apply and the
 //!   commit index followers hear until it is;
 //! - vote writes are synced;
-//! - `last_purged` is written in the same batch as the purge's range delete.
+//! - `last_purged` is written in the same batch as the purge's range delete;
+//! - the commit id is written with the next append's batch, not on its own.
 //!
 //! The newest entries are also held in memory ([`RecentEntries`]), so the
 //! reads openraft makes right after an append skip the engine.
@@ -45,6 +46,8 @@ pub struct LogStore<E: Engine> {
     observer: crate::observer::Observer,
     durability: Arc<LogDurability>,
     background_sync: Option<Arc<BackgroundSync>>,
+    /// The newest commit id openraft saved that is not written yet.
+    committed_unwritten: Arc<Mutex<Option<Option<LogId<NodeId>>>>>,
 }
 
 /// What a leader's unsynced appends need: whose entries they are, and the
@@ -76,6 +79,7 @@ impl<E: Engine> Clone for LogStore<E> {
             observer: self.observer.clone(),
             durability: self.durability.clone(),
             background_sync: self.background_sync.clone(),
+            committed_unwritten: self.committed_unwritten.clone(),
         }
     }
 }
@@ -95,6 +99,7 @@ impl<E: Engine> LogStore<E> {
             observer: None,
             durability: Arc::default(),
             background_sync: None,
+            committed_unwritten: Arc::default(),
         }
     }
 
@@ -221,6 +226,13 @@ impl<E: Engine> LogStore<E> {
             encode("raft meta", &cluster_id)?,
         );
         self.write_synced(batch).await
+    }
+
+    fn committed_unwritten(&self) -> std::sync::MutexGuard<'_, Option<Option<LogId<NodeId>>>> {
+        // Every critical section is one assignment or take.
+        self.committed_unwritten
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn meta_batch<T: serde::Serialize>(key: &[u8], value: &T) -> Result<WriteBatch, EngineError> {
@@ -385,13 +397,21 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> Result<(), StorageError<NodeId>> {
-        // Buffered: a committed id lost with the machine is learned again
-        // from the leader; it only lets a restarted node re-apply sooner.
-        let batch = Self::meta_batch(meta::COMMITTED, &committed).map_err(write_error)?;
-        self.engine.write(batch, Durability::Buffered).map_err(write_error)
+        // Kept until the next append writes it in its batch. openraft
+        // reports every commit, and a write of its own was a system call
+        // and a memtable insert on every member, before apply, for each
+        // one. The stored id only lets a restarted member re-apply before
+        // it hears from a leader, so an older one (a crash, an idle log)
+        // costs nothing but that: openraft starts from the state machine's
+        // applied id when the stored commit id is behind it.
+        *self.committed_unwritten() = Some(committed);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        if let Some(committed) = *self.committed_unwritten() {
+            return Ok(committed);
+        }
         Ok(self
             .read_meta::<Option<LogId<NodeId>>>(meta::COMMITTED)
             .map_err(read_error)?
@@ -429,6 +449,13 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
             callback.log_io_completed(Ok(()));
             return Ok(());
         };
+        if let Some(committed) = self.committed_unwritten().take() {
+            batch.put(
+                Space::RaftMeta,
+                meta::COMMITTED.to_vec(),
+                encode("raft meta", &committed).map_err(write_error)?,
+            );
+        }
         // One batch. A follower's is synced before the callback: openraft
         // counts the entries as persisted (and may commit them) as soon as
         // it is called. A leader's own is not, and is synced in the
