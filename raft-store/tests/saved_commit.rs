@@ -22,11 +22,17 @@ fn entry(index: u64) -> Entry<TypeConfig> {
     }
 }
 
-#[tokio::test]
-async fn a_reported_commit_id_reads_back_at_once_and_reaches_the_disk_with_the_next_append() -> TestResult {
+/// A log store over a fresh memory engine, holding entries 1 to 3.
+async fn log_of_three_entries() -> Result<(Arc<MemoryEngine>, LogStore<MemoryEngine>), Box<dyn std::error::Error>> {
     let engine = Arc::new(MemoryEngine::new());
     let mut log = LogStore::new(engine.clone());
     log.blocking_append([entry(1), entry(2), entry(3)]).await?;
+    Ok((engine, log))
+}
+
+#[tokio::test]
+async fn a_reported_commit_id_reads_back_at_once_and_reaches_the_disk_with_the_next_append() -> TestResult {
+    let (engine, mut log) = log_of_three_entries().await?;
     log.save_committed(Some(log_id(2, 1, 2))).await?;
 
     assert_eq!(
@@ -52,9 +58,7 @@ async fn a_reported_commit_id_reads_back_at_once_and_reaches_the_disk_with_the_n
 
 #[tokio::test]
 async fn a_newer_commit_id_replaces_an_unwritten_one_and_an_append_writes_it_once() -> TestResult {
-    let engine = Arc::new(MemoryEngine::new());
-    let mut log = LogStore::new(engine.clone());
-    log.blocking_append([entry(1), entry(2), entry(3)]).await?;
+    let (engine, mut log) = log_of_three_entries().await?;
     log.save_committed(Some(log_id(2, 1, 1))).await?;
     log.save_committed(Some(log_id(2, 1, 3))).await?;
     log.blocking_append([entry(4)]).await?;
