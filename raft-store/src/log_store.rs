@@ -219,12 +219,8 @@ impl<E: Engine> LogStore<E> {
             keys::log_key(entry.log_id.index).to_vec(),
             encode("log entry", entry)?,
         );
-        batch.put(Space::RaftMeta, meta::VOTE.to_vec(), encode("raft meta", vote)?);
-        batch.put(
-            Space::RaftMeta,
-            meta::CLUSTER_ID.to_vec(),
-            encode("raft meta", &cluster_id)?,
-        );
+        put_meta(&mut batch, meta::VOTE, vote)?;
+        put_meta(&mut batch, meta::CLUSTER_ID, &cluster_id)?;
         self.write_synced(batch).await
     }
 
@@ -237,9 +233,15 @@ impl<E: Engine> LogStore<E> {
 
     fn meta_batch<T: serde::Serialize>(key: &[u8], value: &T) -> Result<WriteBatch, EngineError> {
         let mut batch = WriteBatch::default();
-        batch.put(Space::RaftMeta, key.to_vec(), encode("raft meta", value)?);
+        put_meta(&mut batch, key, value)?;
         Ok(batch)
     }
+}
+
+/// Adds the Raft metadata `key`, set to `value`, to `batch`.
+fn put_meta<T: serde::Serialize>(batch: &mut WriteBatch, key: &[u8], value: &T) -> Result<(), EngineError> {
+    batch.put(Space::RaftMeta, key.to_vec(), encode("raft meta", value)?);
+    Ok(())
 }
 
 /// Syncs the log each time it is woken, for the unsynced appends written
@@ -450,11 +452,7 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
             return Ok(());
         };
         if let Some(committed) = self.committed_unwritten().take() {
-            batch.put(
-                Space::RaftMeta,
-                meta::COMMITTED.to_vec(),
-                encode("raft meta", &committed).map_err(write_error)?,
-            );
+            put_meta(&mut batch, meta::COMMITTED, &committed).map_err(write_error)?;
         }
         // One batch. A follower's is synced before the callback: openraft
         // counts the entries as persisted (and may commit them) as soon as
@@ -557,11 +555,7 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         // `last_purged` and the range delete share one batch, so no reader
         // ever sees a log whose start is unexplained.
         let mut batch = WriteBatch::default();
-        batch.put(
-            Space::RaftMeta,
-            meta::LAST_PURGED.to_vec(),
-            encode("raft meta", &log_id).map_err(write_error)?,
-        );
+        put_meta(&mut batch, meta::LAST_PURGED, &log_id).map_err(write_error)?;
         let end = log_id.index.saturating_add(1);
         batch.delete_range(Space::Log, keys::log_key(0).to_vec(), keys::log_key(end).to_vec());
         self.write_synced(batch).await.map_err(write_error)
