@@ -24,10 +24,10 @@ pub fn context() -> tarpc::context::Context {
 /// Dials `address` (with the TLS handshake when `transport` asks for it)
 /// and starts a client channel on the connection.
 pub async fn dial(address: &str, transport: &Transport) -> std::io::Result<ServiceClient> {
-    let stream = crate::facade::connect(address).await?;
     let stream = match transport {
-        Transport::Plain => stream,
-        Transport::Tls(tls) => tls.connect(stream, address).await?,
+        Transport::Plain => crate::facade::connect(address).await?,
+        Transport::Tls(tls) => tls.connect(crate::facade::connect(address).await?, address).await?,
+        Transport::InProcess(server) => server.open()?,
     };
     Ok(ServiceClient::from(rpc::Channel::spawn(stream)))
 }

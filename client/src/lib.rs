@@ -14,6 +14,7 @@ pub mod connection;
 pub mod error;
 pub mod facade;
 pub mod fenced;
+pub mod in_process;
 pub mod kv;
 pub mod leader_election;
 pub mod limits;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::connection::{CallFailure, Connection};
 use crate::error::{LodeError, MutationRecovery};
+use crate::in_process::InProcess;
 use crate::protocol::{
     AccessToken, Capability, ClusterStatus, Consistency, MemberAddresses, Query, QueryResult, ReadRequest,
     ReadResponse, ServiceClient, SessionLink, WriteRequest, WriteResponse,
@@ -41,13 +42,18 @@ pub struct ClientOptions {
     /// The caller's token, sent once per connection; `None` for a cluster
     /// without authentication.
     pub token: Option<AccessToken>,
+    /// A node in this process: connections to its address take an
+    /// in-memory stream instead of a socket (and no TLS, as no byte leaves
+    /// the process). Other addresses, a leader hint's, are dialed as usual.
+    pub in_process: Option<InProcess>,
 }
 
 impl ClientOptions {
-    fn transport(&self) -> Transport {
-        match &self.tls {
-            Some(tls) => Transport::Tls(tls.clone()),
-            None => Transport::Plain,
+    fn transport(&self, address: &str) -> Transport {
+        match (&self.in_process, &self.tls) {
+            (Some(server), _) if server.address() == address => Transport::InProcess(server.clone()),
+            (_, Some(tls)) => Transport::Tls(tls.clone()),
+            (_, None) => Transport::Plain,
         }
     }
 }
@@ -62,6 +68,7 @@ impl Default for ClientOptions {
             default_stream: None,
             tls: None,
             token: None,
+            in_process: None,
         }
     }
 }
@@ -163,7 +170,10 @@ impl Client {
             .map(Into::into)
             .filter(|endpoint: &String| !endpoint.trim().is_empty())
             .map(|endpoint| {
-                Arc::new(Connection::new(endpoint.trim(), options.transport()).with_token(options.token.clone()))
+                Arc::new(
+                    Connection::new(endpoint.trim(), options.transport(endpoint.trim()))
+                        .with_token(options.token.clone()),
+                )
             })
             .collect();
         if connections.is_empty() {
@@ -298,7 +308,7 @@ impl Client {
             Some(index) => index,
             None => {
                 connections.push(Arc::new(
-                    Connection::new(address, self.inner.options.transport())
+                    Connection::new(address, self.inner.options.transport(address))
                         .with_token(self.inner.options.token.clone()),
                 ));
                 connections.len() - 1
@@ -455,10 +465,10 @@ impl Client {
     /// member that did not answer).
     pub async fn cluster_status(&self) -> Result<ClusterStatus, LodeError> {
         let mut status = self.leader_status().await?;
-        let transport = self.inner.options.transport();
-        let token = self.inner.options.token.clone();
+        let options = &self.inner.options;
         let asks = status.members.iter().map(|member| {
-            let connection = Connection::new(member.address.clone(), transport.clone()).with_token(token.clone());
+            let connection = Connection::new(member.address.clone(), options.transport(&member.address))
+                .with_token(options.token.clone());
             async move {
                 let answer = connection
                     .call(STATUS_MEMBER_TIMEOUT, |client, context| async move {
@@ -553,5 +563,19 @@ mod tests {
             std::thread::yield_now();
         };
         assert!(ids.iter().all(|id| *id < later));
+    }
+
+    #[test]
+    fn only_the_in_process_address_skips_the_socket() {
+        let options = ClientOptions {
+            in_process: Some(InProcess::new(
+                "127.0.0.1:7001",
+                Arc::new(|| Err(std::io::Error::other("not opened in this test"))),
+            )),
+            ..ClientOptions::default()
+        };
+        assert!(matches!(options.transport("127.0.0.1:7001"), Transport::InProcess(_)));
+        // A leader hint's address is dialed as usual, in the clear here.
+        assert!(matches!(options.transport("127.0.0.1:7002"), Transport::Plain));
     }
 }

@@ -44,6 +44,8 @@ pub enum Transport {
     #[default]
     Plain,
     Tls(ClientTls),
+    /// Through an in-memory stream to a server in this process.
+    InProcess(crate::in_process::InProcess),
 }
 
 impl ClientTls {

@@ -20,6 +20,7 @@ pub mod leadership;
 pub mod metrics;
 pub mod network;
 pub mod node;
+mod ports;
 pub mod process_metrics;
 pub mod promotion;
 pub mod proposer;

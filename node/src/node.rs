@@ -5,10 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lode_client::connection;
 use lode_client::facade::Listener;
-use lode_client::protocol::{LodeService, LodeServiceRequest, LodeServiceResponse};
-use lode_client::rpc;
+use lode_client::in_process::InProcess;
 use lode_client::tls::Transport;
 use lode_raft_store::command::{Operation, Retention};
 use lode_raft_store::limits::SWEEP_ENTRIES_MAX;
@@ -18,11 +16,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::accept::{accept_loop, PortSettings, TlsPort};
 use crate::clock::MemberClock;
 use crate::cluster_identity::{founding_cluster_id, ClusterIdentity};
 use crate::config::{Membership, NodeConfig, Storage};
 use crate::network::{NetworkFactory, PeerConnections};
+use crate::ports::serve;
 use crate::proposer::Proposer;
 use crate::reads::ReadIndex;
 use crate::service::{NodeService, Port};
@@ -62,6 +60,9 @@ pub struct Node {
     shared: Arc<Shared>,
     address: String,
     peer_address: String,
+    /// The client port, reached without a socket by the member's own
+    /// HTTP gateway.
+    in_process: InProcess,
     stop_accepting: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -262,6 +263,8 @@ impl Node {
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);
+        let in_process =
+            crate::ports::in_process_client_port(&address, shared.clone(), stop_receiver.clone(), span.clone());
         let tasks = vec![
             tokio::spawn(
                 serve(listeners.client, Port::Client, shared.clone(), stop_receiver.clone()).instrument(span.clone()),
@@ -287,6 +290,7 @@ impl Node {
             shared,
             address,
             peer_address,
+            in_process,
             stop_accepting,
             tasks,
         })
@@ -305,6 +309,12 @@ impl Node {
     /// What the HTTP port asks this node about its callers.
     pub fn auth_view(&self) -> Arc<dyn crate::http::AuthView> {
         Arc::new(MemberAuthView(self.shared.clone()))
+    }
+
+    /// The client port for a client in this process (the member's own
+    /// HTTP gateway): its address, reached through in-memory streams.
+    pub fn in_process(&self) -> InProcess {
+        self.in_process.clone()
     }
 
     /// The token this node's own HTTP gateway presents to its client port:
@@ -365,72 +375,6 @@ impl Node {
         self.shared.cluster.close();
         tracing::info!(node = self.shared.id, "node stopped");
     }
-}
-
-async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, stop: watch::Receiver<bool>) {
-    let config = &shared.config;
-    let (tls_port, connections_max, frame_bytes_max, name) = match port {
-        Port::Client => (
-            TlsPort::Client,
-            config.client_connections_max,
-            lode_types::limits::REQUEST_BYTES_MAX,
-            "client",
-        ),
-        Port::Peer => (
-            TlsPort::Peer,
-            config.peer_connections_max,
-            rpc::PEER_FRAME_BYTES_MAX,
-            "peer",
-        ),
-    };
-    let settings = PortSettings {
-        tls: config.tls.clone().map(|tls| (tls, tls_port)),
-        connections_max,
-        tls_handshake: Duration::from_millis(config.tls_handshake_ms_max),
-        name,
-        open: shared.metrics.connections_open(name),
-    };
-    let limits = rpc::ServerLimits {
-        frame_bytes_max,
-        idle: Duration::from_millis(config.connection_idle_ms_max),
-        port_calls: match port {
-            Port::Client => rpc::PortCalls::new("client_requests_in_flight_max", config.client_requests_in_flight_max),
-            Port::Peer => rpc::PortCalls::unlimited(),
-        },
-    };
-    let serve_one = move |stream, certificate_name: Option<String>, mut stop: watch::Receiver<bool>| {
-        // On the client port a certificate's common name names its user
-        // (a token sent later takes its place).
-        let credential = certificate_name
-            .filter(|_| port == Port::Client)
-            .map(crate::auth::Credential::Certificate);
-        let service = NodeService {
-            shared: shared.clone(),
-            port,
-            caller: Arc::new(std::sync::Mutex::new(crate::auth::Caller::named(credential))),
-        }
-        .serve();
-        let handler: rpc::Handler<LodeServiceRequest, LodeServiceResponse> = Arc::new(move |request| {
-            let service = service.clone();
-            Box::pin(async move {
-                tarpc::server::Serve::serve(service, connection::context(), request)
-                    .await
-                    .map_err(|error| error.detail)
-            })
-        });
-        // Both the connection and each call keep the node's span, so every
-        // request logs its node id. A malformed frame ends this connection;
-        // the node and every other connection carry on.
-        let limits = limits.clone();
-        async move {
-            tokio::select! {
-                biased;
-                () = rpc::serve_connection(stream, handler, limits) => {}
-                _ = stop.wait_for(|stop| *stop) => {}
-            }
-        }
-    };
-    accept_loop(listener, settings, stop, serve_one).await
 }
 
 /// A member's storage, opened and checked before Raft starts.

@@ -514,3 +514,36 @@ async fn every_route_of_the_openapi_document_is_served() {
     }
     cluster.assert_no_errors();
 }
+
+/// The client-port connections open on the member behind `kv`'s port.
+fn client_port_connections(kv: &KvHttp) -> f64 {
+    let (status, body) = get(&kv.address, "/metrics", Some(ACCESS_TOKEN));
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .find_map(|line| line.strip_prefix("lode_connections_open{port=\"client\"} "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no client-port connection gauge in {body}"))
+}
+
+/// A follower's gateway is a client of its own member in the same process:
+/// its writes (which that member forwards to the leader) and linearizable
+/// reads go through in-memory streams, so they open no connection on the
+/// member's client port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_reaches_its_own_member_without_a_socket() {
+    let (_cluster, kv) = cluster_with(&[]).await;
+    kv.one(json!({ "op": "set", "namespace": "config", "key": "first", "value": "1" }));
+    // The connections the test's own clients made while waiting for a
+    // leader close once those clients are dropped.
+    support::wait_until("no connection open on the follower's client port", || async {
+        (client_port_connections(&kv) == 0.0).then_some(())
+    })
+    .await;
+    for number in 0..20 {
+        let key = format!("key-{number}");
+        kv.one(json!({ "op": "set", "namespace": "config", "key": key, "value": number.to_string() }));
+        let read = kv.read(json!({ "op": "get", "namespace": "config", "key": key }));
+        assert_eq!(read["entry"]["value"], number.to_string());
+    }
+    assert_eq!(client_port_connections(&kv), 0.0);
+}

@@ -32,6 +32,7 @@ pub fn client_options() -> ClientOptions {
         default_stream: None,
         tls: None,
         token: Some(lode_client::protocol::AccessToken(root_token().to_text())),
+        in_process: None,
     }
 }
 

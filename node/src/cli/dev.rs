@@ -123,6 +123,7 @@ pub async fn run(arguments: DevArguments) -> Result<(), anyhow::Error> {
         let access_token = lode_client::protocol::AccessToken(arguments.access_token.clone());
         let mut http_config = HttpConfig::new(node.address(), Some(access_token));
         http_config.member_token = Some(node.member_token());
+        http_config.in_process = Some(node.in_process());
         http_config.auth = Some(node.auth_view());
         http_config.metrics = Some(node.metrics_source());
         http_config.tls = tls.clone();

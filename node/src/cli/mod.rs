@@ -511,6 +511,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
         Some(listener) => {
             let mut config = lode_node::http::HttpConfig::new(node.address(), access_token);
             config.member_token = Some(node.member_token());
+            config.in_process = Some(node.in_process());
             config.auth = Some(node.auth_view());
             config.metrics_role = arguments.metrics_role.clone();
             config.ready_lag_entries_max = arguments.ready_lag_entries_max;

@@ -3,7 +3,8 @@
 //! JSON, health, readiness and Prometheus metrics.
 //!
 //! The gateway is a client of its own node: it speaks to the node's tarpc
-//! service through the Rust SDK, so writes and strong reads follow the
+//! service through the Rust SDK (over in-memory streams when the node runs
+//! in this process, `HttpConfig::in_process`), so writes and strong reads follow the
 //! leader with the SDK's retries and op ids, and eventual reads and watches
 //! stay on this member. One port serves HTTP/1.1 and HTTP/2: over TLS with
 //! ALPN (`https://`) when the member has TLS, or in the clear (Deno sends
@@ -29,6 +30,7 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::Router;
 use lode_client::facade::{ByteStream, Listener};
+use lode_client::in_process::InProcess;
 use lode_client::ClientOptions;
 use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
@@ -68,6 +70,9 @@ pub struct HttpConfig {
     /// The node's own token (`Node::member_token`), which lets the gateway
     /// through the node's authentication.
     pub member_token: Option<lode_client::protocol::AccessToken>,
+    /// The node's client port in this process (`Node::in_process`): the
+    /// gateway's calls then take no socket; `None`: over TCP (and TLS).
+    pub in_process: Option<InProcess>,
     /// How far behind the leader's applied index `/ready` still answers
     /// 200.
     pub ready_lag_entries_max: u64,
@@ -89,6 +94,7 @@ impl HttpConfig {
             tls_handshake_ms_max: crate::accept::TLS_HANDSHAKE_MS_MAX_DEFAULT,
             header_read_ms_max: HEADER_READ_MS_MAX_DEFAULT,
             member_token: None,
+            in_process: None,
             ready_lag_entries_max: readiness::READY_LAG_ENTRIES_MAX_DEFAULT,
             metrics: None,
         }
@@ -131,6 +137,7 @@ impl HttpServer {
             call_timeout: Duration::from_secs(20),
             tls: config.tls.as_ref().map(|tls| tls.peer_client()),
             token: config.member_token.clone(),
+            in_process: config.in_process.clone(),
             ..ClientOptions::default()
         };
         let auth = config.auth.clone().unwrap_or_else(|| Arc::new(caller::NoUsers));
