@@ -27,7 +27,7 @@ pub async fn dial(address: &str, transport: &Transport) -> std::io::Result<Servi
     let stream = match transport {
         Transport::Plain => crate::facade::connect(address).await?,
         Transport::Tls(tls) => tls.connect(crate::facade::connect(address).await?, address).await?,
-        Transport::InProcess(server) => server.open()?,
+        Transport::InProcess(server) => return Ok(ServiceClient::from(server.open())),
     };
     Ok(ServiceClient::from(rpc::Channel::spawn(stream)))
 }

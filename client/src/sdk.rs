@@ -42,8 +42,8 @@ pub struct ClientOptions {
     /// The caller's token, sent once per connection; `None` for a cluster
     /// without authentication.
     pub token: Option<AccessToken>,
-    /// A node in this process: connections to its address take an
-    /// in-memory stream instead of a socket (and no TLS, as no byte leaves
+    /// A node in this process: calls to its address run in the caller's
+    /// task instead of crossing a socket (and no TLS, as no byte leaves
     /// the process). Other addresses, a leader hint's, are dialed as usual.
     pub in_process: Option<InProcess>,
 }
@@ -570,7 +570,7 @@ mod tests {
         let options = ClientOptions {
             in_process: Some(InProcess::new(
                 "127.0.0.1:7001",
-                Arc::new(|| Err(std::io::Error::other("not opened in this test"))),
+                Arc::new(|| unreachable!("no channel is opened in this test")),
             )),
             ..ClientOptions::default()
         };

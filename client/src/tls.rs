@@ -44,7 +44,7 @@ pub enum Transport {
     #[default]
     Plain,
     Tls(ClientTls),
-    /// Through an in-memory stream to a server in this process.
+    /// To a server in this process, whose calls run in the caller's task.
     InProcess(crate::in_process::InProcess),
 }
 

@@ -263,8 +263,7 @@ impl Node {
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);
-        let in_process =
-            crate::ports::in_process_client_port(&address, shared.clone(), stop_receiver.clone(), span.clone());
+        let in_process = crate::ports::in_process_client_port(&address, shared.clone(), stop_receiver.clone());
         let tasks = vec![
             tokio::spawn(
                 serve(listeners.client, Port::Client, shared.clone(), stop_receiver.clone()).instrument(span.clone()),
@@ -312,7 +311,7 @@ impl Node {
     }
 
     /// The client port for a client in this process (the member's own
-    /// HTTP gateway): its address, reached through in-memory streams.
+    /// HTTP gateway): its address, whose calls run in the caller's task.
     pub fn in_process(&self) -> InProcess {
         self.in_process.clone()
     }

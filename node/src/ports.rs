@@ -12,15 +12,10 @@ use lode_client::in_process::InProcess;
 use lode_client::protocol::{LodeService, LodeServiceRequest, LodeServiceResponse};
 use lode_client::rpc;
 use tokio::sync::watch;
-use tracing::Instrument;
 
 use crate::accept::{accept_loop, PortSettings, TlsPort};
 use crate::service::{NodeService, Port};
 use crate::shared::Shared;
-
-/// Bytes an in-process stream buffers each way before its writer waits:
-/// room for a few dozen calls of a few KiB.
-const IN_PROCESS_BUFFER_BYTES: usize = 256 * 1024;
 
 /// What serving one connection of a port needs.
 #[derive(Clone)]
@@ -49,15 +44,10 @@ impl PortServer {
         Self { shared, port, limits }
     }
 
-    /// Serves `stream` until it ends or `stop` turns true. On the client
-    /// port a certificate's common name names its user (a token sent later
-    /// takes its place).
-    fn serve(
-        &self,
-        stream: Box<dyn ByteStream>,
-        certificate_name: Option<String>,
-        mut stop: watch::Receiver<bool>,
-    ) -> impl Future<Output = ()> + Send + 'static {
+    /// A service for one connection's calls. On the client port a
+    /// certificate's common name names its user (a token sent later takes
+    /// its place).
+    fn handler(&self, certificate_name: Option<String>) -> rpc::Handler<LodeServiceRequest, LodeServiceResponse> {
         let credential = certificate_name
             .filter(|_| self.port == Port::Client)
             .map(crate::auth::Credential::Certificate);
@@ -67,14 +57,24 @@ impl PortServer {
             caller: Arc::new(std::sync::Mutex::new(crate::auth::Caller::named(credential))),
         }
         .serve();
-        let handler: rpc::Handler<LodeServiceRequest, LodeServiceResponse> = Arc::new(move |request| {
+        Arc::new(move |request| {
             let service = service.clone();
             Box::pin(async move {
                 tarpc::server::Serve::serve(service, connection::context(), request)
                     .await
                     .map_err(|error| error.detail)
             })
-        });
+        })
+    }
+
+    /// Serves `stream` until it ends or `stop` turns true.
+    fn serve(
+        &self,
+        stream: Box<dyn ByteStream>,
+        certificate_name: Option<String>,
+        mut stop: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let handler = self.handler(certificate_name);
         // A malformed frame ends this connection; the node and every other
         // connection carry on.
         let limits = self.limits.clone();
@@ -108,28 +108,17 @@ pub(crate) async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<S
 }
 
 /// The client port of this member, reached in process at `address`: each
-/// stream opened is served as a connection accepted there (the caller
-/// authenticates, the port's call limit holds), in a task that keeps the
-/// node's span and ends when `stop` turns true. Neither TLS nor the port's
-/// connection cap applies: no byte leaves the process, and the one caller,
-/// the member's own gateway, keeps a bounded set of clients.
-pub(crate) fn in_process_client_port(
-    address: &str,
-    shared: Arc<Shared>,
-    stop: watch::Receiver<bool>,
-    span: tracing::Span,
-) -> InProcess {
+/// channel opened is a connection's service (the caller authenticates, the
+/// port's call limit holds) whose calls run in the caller's task, and ends
+/// when `stop` turns true. Neither TLS nor the port's connection cap
+/// applies: no byte leaves the process, and the one caller, the member's
+/// own gateway, keeps a bounded set of clients.
+pub(crate) fn in_process_client_port(address: &str, shared: Arc<Shared>, stop: watch::Receiver<bool>) -> InProcess {
     let server = PortServer::new(Port::Client, shared);
     InProcess::new(
         address,
         Arc::new(move || {
-            let (client, served) = tokio::io::duplex(IN_PROCESS_BUFFER_BYTES);
-            tokio::spawn(
-                server
-                    .serve(Box::new(served), None, stop.clone())
-                    .instrument(span.clone()),
-            );
-            Ok(Box::new(client) as Box<dyn ByteStream>)
+            rpc::Channel::in_process(server.handler(None), server.limits.port_calls.clone(), stop.clone())
         }),
     )
 }

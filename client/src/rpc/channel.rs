@@ -1,13 +1,13 @@
 //! The client end of a connection: callers hand requests to a writer task
 //! and wait on their own one-shot answer; a reader task matches answers to
-//! callers by id.
+//! callers by id. A channel to a server in this process has neither: the
+//! caller's task runs the call (`in_process.rs`).
 //!
 //! Waiting callers are kept in id order (a `BTreeMap`), and when the
 //! connection ends they are all failed at once, in that order, so a
 //! simulated run wakes them the same way every time.
 
 use std::collections::BTreeMap;
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -15,12 +15,16 @@ use futures::{SinkExt, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tarpc::client::RpcError;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::bytes::Bytes;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::Instrument;
 
-use super::{decode, encode, ClientFrame, FrameCodec, ServerFrame, CALLS_QUEUED_PER_CHANNEL_MAX, PEER_FRAME_BYTES_MAX};
+use super::in_process::{self, InProcessServer};
+use super::{
+    decode, encode, refused, ClientFrame, FrameCodec, Handler, PortCalls, ServerFrame, CALLS_QUEUED_PER_CHANNEL_MAX,
+    PEER_FRAME_BYTES_MAX,
+};
 use crate::facade::ByteStream;
 
 type Waiter<Response> = oneshot::Sender<Result<Response, RpcError>>;
@@ -49,21 +53,32 @@ impl<Response> Shared<Response> {
     }
 }
 
-/// A client channel over one connection. Clones share the connection;
-/// dropping the last clone closes it.
+/// A client channel over one connection, or to a server in this process.
+/// Clones share the connection; dropping the last clone closes it.
 pub struct Channel<Request, Response> {
-    outgoing: mpsc::Sender<ClientFrame<Request>>,
-    shared: Arc<Shared<Response>>,
-    types: PhantomData<fn(Request) -> Response>,
+    link: Link<Request, Response>,
+}
+
+enum Link<Request, Response> {
+    /// Frames over a byte stream, written and read by the channel's tasks.
+    Stream {
+        outgoing: mpsc::Sender<ClientFrame<Request>>,
+        shared: Arc<Shared<Response>>,
+    },
+    /// Calls a handler in this process runs in the caller's task.
+    InProcess(in_process::Shared<Request, Response>),
 }
 
 impl<Request, Response> Clone for Channel<Request, Response> {
     fn clone(&self) -> Self {
-        Channel {
-            outgoing: self.outgoing.clone(),
-            shared: self.shared.clone(),
-            types: PhantomData,
-        }
+        let link = match &self.link {
+            Link::Stream { outgoing, shared, .. } => Link::Stream {
+                outgoing: outgoing.clone(),
+                shared: shared.clone(),
+            },
+            Link::InProcess(server) => Link::InProcess(server.clone()),
+        };
+        Channel { link }
     }
 }
 
@@ -71,8 +86,27 @@ impl<Request, Response> std::fmt::Debug for Channel<Request, Response> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter
             .debug_struct("Channel")
-            .field("ended", &self.shared.ended.load(Ordering::SeqCst))
+            .field("ended", &self.is_ended())
             .finish()
+    }
+}
+
+impl<Request, Response> Channel<Request, Response> {
+    /// Calls run by `handler` in the caller's task, within a connection's
+    /// bound on running calls and `port_calls`, until `stop` turns true.
+    pub fn in_process(handler: Handler<Request, Response>, port_calls: PortCalls, stop: watch::Receiver<bool>) -> Self {
+        Channel {
+            link: Link::InProcess(Arc::new(InProcessServer::new(handler, port_calls, stop))),
+        }
+    }
+
+    /// Whether the connection has ended (the server closed it, or it
+    /// failed): the next call should dial afresh.
+    pub fn is_ended(&self) -> bool {
+        match &self.link {
+            Link::Stream { shared, .. } => shared.ended.load(Ordering::SeqCst),
+            Link::InProcess(server) => server.is_ended(),
+        }
     }
 }
 
@@ -93,50 +127,53 @@ where
         tokio::spawn(write_requests(write_half, requests, shared.clone()).in_current_span());
         tokio::spawn(read_answers(read_half, shared.clone()).in_current_span());
         Channel {
-            outgoing,
-            shared,
-            types: PhantomData,
+            link: Link::Stream { outgoing, shared },
         }
-    }
-
-    /// Whether the connection has ended (the server closed it, or it
-    /// failed): the next call should dial afresh.
-    pub fn is_ended(&self) -> bool {
-        self.shared.ended.load(Ordering::SeqCst)
     }
 
     /// Sends `request` and waits for its answer. Dropping the returned
     /// future before the answer cancels the request on the server.
     pub async fn call(&self, request: Request) -> Result<Response, RpcError> {
-        if self.shared.ended.load(Ordering::SeqCst) {
-            return Err(RpcError::Shutdown);
+        match &self.link {
+            Link::Stream { outgoing, shared, .. } => call_over_stream(outgoing, shared, request).await,
+            Link::InProcess(server) => server.call(request).await,
         }
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (waiter, answer) = oneshot::channel();
-        self.shared.waiting().insert(id, waiter);
-        // The reader may have ended (and failed every waiter) between the
-        // check above and the insert.
-        if self.shared.ended.load(Ordering::SeqCst) {
-            self.shared.waiting().remove(&id);
-            return Err(RpcError::Shutdown);
-        }
-        let mut pending = PendingCall {
-            id,
-            outgoing: &self.outgoing,
-            shared: &self.shared,
-            answered: false,
-        };
-        if self.outgoing.send(ClientFrame::Call { id, request }).await.is_err() {
-            pending.answered = true;
-            self.shared.waiting().remove(&id);
-            return Err(RpcError::Shutdown);
-        }
-        let answer = answer.await;
-        pending.answered = true;
-        // A dropped waiter means the reader ended between our insert and
-        // its final sweep.
-        answer.unwrap_or(Err(RpcError::Shutdown))
     }
+}
+
+async fn call_over_stream<Request, Response>(
+    outgoing: &mpsc::Sender<ClientFrame<Request>>,
+    shared: &Shared<Response>,
+    request: Request,
+) -> Result<Response, RpcError> {
+    if shared.ended.load(Ordering::SeqCst) {
+        return Err(RpcError::Shutdown);
+    }
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let (waiter, answer) = oneshot::channel();
+    shared.waiting().insert(id, waiter);
+    // The reader may have ended (and failed every waiter) between the
+    // check above and the insert.
+    if shared.ended.load(Ordering::SeqCst) {
+        shared.waiting().remove(&id);
+        return Err(RpcError::Shutdown);
+    }
+    let mut pending = PendingCall {
+        id,
+        outgoing,
+        shared,
+        answered: false,
+    };
+    if outgoing.send(ClientFrame::Call { id, request }).await.is_err() {
+        pending.answered = true;
+        shared.waiting().remove(&id);
+        return Err(RpcError::Shutdown);
+    }
+    let answer = answer.await;
+    pending.answered = true;
+    // A dropped waiter means the reader ended between our insert and
+    // its final sweep.
+    answer.unwrap_or(Err(RpcError::Shutdown))
 }
 
 impl<Request, Response> tarpc::client::stub::Stub for Channel<Request, Response>
@@ -234,9 +271,7 @@ async fn read_answers<Response: DeserializeOwned>(
         };
         // An answer to a cancelled call finds no waiter and is dropped.
         if let Some(waiter) = shared.waiting().remove(&answer.id) {
-            let outcome = answer
-                .outcome
-                .map_err(|detail| RpcError::Server(tarpc::ServerError::new(std::io::ErrorKind::Other, detail)));
+            let outcome = answer.outcome.map_err(refused);
             let _ = waiter.send(outcome);
         }
     }

@@ -17,6 +17,7 @@
 
 mod channel;
 mod frame;
+mod in_process;
 mod server;
 
 use std::sync::Arc;
@@ -111,6 +112,11 @@ pub struct ServerFrame<Response> {
     pub id: u64,
     /// `Err` when the server refused the call before running it.
     pub outcome: Result<Response, String>,
+}
+
+/// A call the server refused before running it, as its caller sees it.
+fn refused(detail: String) -> tarpc::client::RpcError {
+    tarpc::client::RpcError::Server(tarpc::ServerError::new(std::io::ErrorKind::Other, detail))
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {

@@ -96,10 +96,7 @@ pub async fn serve_connection<Request, Response>(
                             return;
                         }
                         let admitted = if running.0.len() >= REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX {
-                            Err(format!(
-                                "too many calls running on this connection \
-                                 (requests_in_flight_per_connection_max = {REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX})"
-                            ))
+                            Err(connection_full())
                         } else {
                             limits.port_calls.admit()
                         };
@@ -149,6 +146,14 @@ pub async fn serve_connection<Request, Response>(
             return;
         }
     }
+}
+
+/// The refusal of a call past a connection's running calls.
+pub(super) fn connection_full() -> String {
+    format!(
+        "too many calls running on this connection \
+         (requests_in_flight_per_connection_max = {REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX})"
+    )
 }
 
 /// Most answers written together before a flush.

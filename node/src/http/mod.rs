@@ -3,10 +3,10 @@
 //! JSON, health, readiness and Prometheus metrics.
 //!
 //! The gateway is a client of its own node: it speaks to the node's tarpc
-//! service through the Rust SDK (over in-memory streams when the node runs
-//! in this process, `HttpConfig::in_process`), so writes and strong reads follow the
-//! leader with the SDK's retries and op ids, and eventual reads and watches
-//! stay on this member. One port serves HTTP/1.1 and HTTP/2: over TLS with
+//! service through the Rust SDK (with the node in this process,
+//! `HttpConfig::in_process`, its calls run in the gateway's own task), so
+//! writes and strong reads follow the leader with the SDK's retries and op
+//! ids, and eventual reads and watches stay on this member. One port serves HTTP/1.1 and HTTP/2: over TLS with
 //! ALPN (`https://`) when the member has TLS, or in the clear (Deno sends
 //! h2c with prior knowledge to `http://` URLs). Connections are taken as on
 //! every port (`accept.rs`: a cap, a bounded handshake); a request's header
