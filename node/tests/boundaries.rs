@@ -574,6 +574,52 @@ async fn the_bench_runs_deno_kv_workloads_through_kv_connect() {
     cluster.assert_no_errors();
 }
 
+/// Over TLS the bench's KV Connect client dials the member's `https://`
+/// HTTP port trusting the cluster's CA; without the CA it is refused,
+/// naming the flag that is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_runs_deno_kv_workloads_over_tls() {
+    let cluster = TestCluster::start_with_tls(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let url = cluster.kv_connect_url(cluster.a_follower(leader));
+    assert!(url.starts_with("https://"), "{url}");
+    let ca = cluster.tls_dir.as_ref().expect("a TLS cluster").join("ca.pem");
+    let ca = ca.to_str().expect("a UTF-8 path");
+    let bench = |tls: &[&str]| {
+        let mut arguments = vec![
+            "bench",
+            "--clients",
+            "2",
+            "--duration",
+            "5s",
+            "--requests-max",
+            "100",
+            "--keys",
+            "20",
+            "--workload",
+            "deno-set",
+            "--kv-connect",
+            &url,
+            "--kv-connect-token",
+            support::ACCESS_TOKEN,
+            "--json",
+            "--quiet",
+        ];
+        arguments.extend_from_slice(tls);
+        lode(&arguments, &cluster.endpoints().join(","))
+    };
+    let output = bench(&["--tls-ca", ca]);
+    assert!(output.status.success(), "{output:?}");
+    let result: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
+    assert_eq!(result["errors"], 0, "{result}");
+    assert_eq!(result["ops"], 100, "{result}");
+    let output = bench(&[]);
+    assert!(!output.status.success(), "{output:?}");
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(message.contains("--tls-ca"), "{message}");
+    cluster.assert_no_errors();
+}
+
 /// A range read (Deno KV's snapshot read) has no cursor to return short
 /// with: one that would answer more than `ranges_read_bytes_max` is refused,
 /// naming the limit, and the member goes on serving reads within it.

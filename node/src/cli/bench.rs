@@ -86,8 +86,9 @@ pub struct BenchArguments {
     /// No progress line on standard error each second.
     #[arg(long)]
     pub quiet: bool,
-    /// A member's HTTP port, `http://host:port`, for the Deno KV
-    /// workloads: each client opens its own KV Connect session there.
+    /// A member's HTTP port, `http://host:port` (or `https://` with
+    /// --tls-ca), for the Deno KV workloads: each client opens its own KV
+    /// Connect session there.
     #[arg(long)]
     pub kv_connect: Option<String>,
     /// The KV Connect access token (the member's `--access-token`, or a
@@ -245,7 +246,8 @@ fn check(arguments: &BenchArguments) -> Result<(), anyhow::Error> {
 async fn kv_connect_session(arguments: &BenchArguments) -> Result<KvConnect, anyhow::Error> {
     let url = arguments.kv_connect.as_deref().unwrap_or_default();
     let token = arguments.kv_connect_token.as_deref().unwrap_or_default();
-    KvConnect::connect(url, token).await
+    let tls = arguments.endpoints.tls()?;
+    KvConnect::connect(url, token, tls.as_ref()).await
 }
 
 /// One client of the bench and what it shares with the others.

@@ -1,7 +1,8 @@
 //! The Deno KV workloads of `lode bench`: each client speaks KV Connect to
 //! a member's HTTP port as the Deno client does (the metadata exchange,
 //! then protobuf `snapshot_read` and `atomic_write` calls with the session
-//! token it was given), over one HTTP/1.1 connection of its own, so the
+//! token it was given), over one HTTP/1.1 connection of its own (TLS for
+//! an `https://` port), so the
 //! figures are what a Deno user's program would see without Deno's own
 //! cost per call.
 
@@ -12,6 +13,8 @@ use denokv_proto::{Key, KeyPart};
 use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, USER_AGENT};
+use lode_client::facade::ByteStream;
+use lode_client::tls::ClientTls;
 use prost::Message;
 
 /// Most bytes of one response body the bench reads: a point read's answer
@@ -48,18 +51,28 @@ pub struct KvConnect {
 }
 
 impl KvConnect {
-    /// Connects to `url` (`http://host:port`, a member's HTTP port) and
-    /// exchanges metadata with `access_token`.
-    pub async fn connect(url: &str, access_token: &str) -> Result<Self, anyhow::Error> {
-        let authority = url
-            .strip_prefix("http://")
-            .ok_or_else(|| anyhow!("--kv-connect must be an http:// URL (the bench speaks no TLS), not {url}"))?
-            .trim_end_matches('/')
-            .to_owned();
+    /// Connects to `url` (`http://host:port` or `https://host:port`, a
+    /// member's HTTP port; over TLS it trusts `tls`'s CA) and exchanges
+    /// metadata with `access_token`.
+    pub async fn connect(url: &str, access_token: &str, tls: Option<&ClientTls>) -> Result<Self, anyhow::Error> {
+        let (authority, tls) = match (url.split_once("://"), tls) {
+            (Some(("http", authority)), _) => (authority, None),
+            (Some(("https", authority)), Some(tls)) => (authority, Some(tls)),
+            (Some(("https", _)), None) => bail!("--kv-connect {url} is https: give the cluster's CA with --tls-ca"),
+            _ => bail!("--kv-connect must be an http:// or https:// URL, not {url}"),
+        };
+        let authority = authority.trim_end_matches('/').to_owned();
         let stream = tokio::net::TcpStream::connect(&authority)
             .await
             .with_context(|| format!("connecting to {authority}"))?;
         stream.set_nodelay(true)?;
+        let stream: Box<dyn ByteStream> = match tls {
+            Some(tls) => tls
+                .connect(Box::new(stream), &authority)
+                .await
+                .with_context(|| format!("the TLS handshake with {authority}"))?,
+            None => Box::new(stream),
+        };
         let (sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
         tokio::spawn(connection);
         let mut session = Self {

@@ -47,14 +47,17 @@ pub fn read_token_file(path: &std::path::Path) -> Result<lode_types::auth::Token
 }
 
 impl Endpoints {
-    pub fn client(&self) -> Result<Client, LodeError> {
-        let tls = match &self.tls_ca {
-            Some(ca) => {
-                let identity = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
-                Some(ClientTls::from_files(ca, identity)?)
-            }
-            None => None,
+    /// TLS as the flags ask for it; `None`: in the clear.
+    pub fn tls(&self) -> Result<Option<ClientTls>, LodeError> {
+        let Some(ca) = &self.tls_ca else {
+            return Ok(None);
         };
+        let identity = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
+        Ok(Some(ClientTls::from_files(ca, identity)?))
+    }
+
+    pub fn client(&self) -> Result<Client, LodeError> {
+        let tls = self.tls()?;
         let token = match &self.token_file {
             Some(path) => Some(lode_client::protocol::AccessToken(
                 read_token_file(path).map_err(LodeError::Invalid)?.to_text(),
