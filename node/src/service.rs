@@ -115,10 +115,11 @@ impl NodeService {
         LFut: Future<Output = Result<T, LodeError>>,
     {
         match crate::leadership::leader_elsewhere(&self.shared.raft, self.shared.id) {
-            Some(leader) => {
-                self.forward(leader, |client, context| forward(client, context, request))
-                    .await
-            }
+            // Boxed: the forwarding future (a peer connection's call with
+            // its time limit) is several KiB, and every call's future would
+            // otherwise carry its room and be copied with it, on the leader
+            // too.
+            Some(leader) => Box::pin(self.forward(leader, |client, context| forward(client, context, request))).await,
             None => local(request).await,
         }
     }
@@ -165,11 +166,10 @@ impl NodeService {
                 let Some(leader) = crate::leadership::leader_elsewhere(&self.shared.raft, self.shared.id) else {
                     return Err(error);
                 };
-                return self
-                    .forward(leader, |client, context| async move {
-                        client.write_checked(context, request, grants_revision).await
-                    })
-                    .await;
+                let forwarded = self.forward(leader, |client, context| async move {
+                    client.write_checked(context, request, grants_revision).await
+                });
+                return Box::pin(forwarded).await;
             }
             Err(error) => return Err(error),
         };
@@ -955,7 +955,9 @@ impl NodeService {
                 let Ok(_recheck) = self.shared.refusal_rechecks.try_acquire() else {
                     return Err(refusal);
                 };
-                match self.catch_up().await {
+                // Boxed, as a rare path: a linearizable read's future would
+                // otherwise be carried by every call's.
+                match Box::pin(self.catch_up()).await {
                     Ok(()) => decide(),
                     Err(_) => Err(refusal),
                 }
@@ -1107,7 +1109,7 @@ impl LodeService for NodeService {
         let span = self.request_span("add_member");
         self.allowed_checked(|allowed| allowed.require_admin("add_member"))
             .await?;
-        self.add_member_request(id, addresses, cluster).instrument(span).await
+        Box::pin(self.add_member_request(id, addresses, cluster).instrument(span)).await
     }
 
     async fn remove_member(self, _context: Context, id: u64, force: bool) -> Result<ClusterStatus, LodeError> {
@@ -1115,7 +1117,7 @@ impl LodeService for NodeService {
         let span = self.request_span("remove_member");
         self.allowed_checked(|allowed| allowed.require_admin("remove_member"))
             .await?;
-        self.remove_member_request(id, force).instrument(span).await
+        Box::pin(self.remove_member_request(id, force).instrument(span)).await
     }
 
     async fn backup_begin(self, _: Context) -> Result<(u64, lode_types::backup::BackupHeader), LodeError> {
@@ -1145,7 +1147,9 @@ impl LodeService for NodeService {
         kind: RaftMessageKind,
         payload: ByteBuf,
     ) -> Result<ByteBuf, LodeError> {
-        self.raft_message(cluster, kind, payload).await
+        // Boxed, as are the membership calls': every call's future is as
+        // large as the largest method's, and is copied at each call.
+        Box::pin(self.raft_message(cluster, kind, payload)).await
     }
 
     async fn campaign(self, _: Context, cluster: ClusterId) -> Result<(), LodeError> {
@@ -1205,4 +1209,33 @@ fn check_addresses(addresses: &MemberAddresses) -> Result<(), LodeError> {
 fn storage_error(error: lode_raft_store::EngineError) -> LodeError {
     tracing::error!(%error, "reading the state failed");
     LodeError::Unavailable(format!("storage error: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use lode_client::protocol::{LodeServiceRequest, ServeLodeService};
+
+    use super::*;
+
+    /// Most bytes of the future that runs one call of the service. It is as
+    /// large as its largest method's, is built for every call on every port
+    /// and copied as it is boxed, so a rare path holding a large future
+    /// (forwarding, a membership change, a Raft message) is boxed on its own.
+    const CALL_FUTURE_BYTES_MAX: usize = 3 << 10;
+
+    fn future_bytes<Future, Call>(_: &Call) -> usize
+    where
+        Call: Fn(ServeLodeService<NodeService>, Context, LodeServiceRequest) -> Future,
+    {
+        std::mem::size_of::<Future>()
+    }
+
+    #[test]
+    fn a_call_future_stays_small() {
+        let bytes = future_bytes(&<ServeLodeService<NodeService> as tarpc::server::Serve>::serve);
+        assert!(
+            bytes <= CALL_FUTURE_BYTES_MAX,
+            "one call's future is {bytes} bytes (call_future_bytes_max = {CALL_FUTURE_BYTES_MAX})"
+        );
+    }
 }
