@@ -151,17 +151,25 @@ impl Connection {
         }
         *guard = None;
         let generation = self.dials.fetch_add(1, Ordering::SeqCst);
+        // Boxed: dialing (TCP, TLS, authentication) is a future of
+        // kilobytes that every call's own would otherwise carry and copy,
+        // though almost every call finds its channel dialed.
+        let client = Box::pin(self.dial_and_authenticate(timeout)).await?;
+        *guard = Some(Dialed {
+            client: client.clone(),
+            generation,
+        });
+        Ok((client, generation))
+    }
+
+    async fn dial_and_authenticate(&self, timeout: Duration) -> Result<ServiceClient, CallFailure> {
         let client = match tokio::time::timeout(timeout, dial(&self.address, &self.transport)).await {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => return Err(CallFailure::Dial(error.to_string())),
             Err(_) => return Err(CallFailure::Dial("connect timed out".to_owned())),
         };
         self.authenticate(&client, timeout).await?;
-        *guard = Some(Dialed {
-            client: client.clone(),
-            generation,
-        });
-        Ok((client, generation))
+        Ok(client)
     }
 
     async fn reset(&self, generation: u64) {

@@ -264,11 +264,12 @@ impl Client {
         let capabilities = self
             .inner
             .capabilities
-            .get_or_try_init(|| async {
-                self.send(None, |client, context| async move {
+            // Boxed: asked once per client, yet every call that requires a
+            // capability would otherwise carry this call's future.
+            .get_or_try_init(|| {
+                Box::pin(self.send(None, |client, context| async move {
                     client.capabilities(context).await.map(Ok)
-                })
-                .await
+                }))
             })
             .await?;
         Ok(capabilities.clone())
@@ -577,5 +578,15 @@ mod tests {
         assert!(matches!(options.transport("127.0.0.1:7001"), Transport::InProcess(_)));
         // A leader hint's address is dialed as usual, in the clear here.
         assert!(matches!(options.transport("127.0.0.1:7002"), Transport::Plain));
+    }
+
+    /// Every KV call first checks a capability, almost always answered
+    /// from memory: its future must not carry the rare call that asks the
+    /// cluster (kilobytes, built and copied by every call otherwise).
+    #[tokio::test]
+    async fn a_capability_check_carries_no_call() {
+        let client = Client::connect(["127.0.0.1:1"]).expect("a client");
+        let bytes = std::mem::size_of_val(&client.require(Capability::Kv));
+        assert!(bytes <= 512, "the capability check's future is {bytes} bytes");
     }
 }
