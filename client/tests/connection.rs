@@ -3,15 +3,18 @@
 //! callers before their own timeout, and a connection that still answers
 //! is kept when one of its calls is dropped.
 
+mod support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use lode_client::connection::Connection;
 use lode_client::facade::ByteStream;
-use lode_client::protocol::{Capability, LodeServiceRequest, LodeServiceResponse};
-use lode_client::rpc::{self, Handler};
+use lode_client::protocol::Capability;
+use lode_client::rpc;
 use lode_client::tls::Transport;
+use support::handler;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -20,19 +23,6 @@ use tokio::task::JoinHandle;
 const WAIT_MAX: Duration = Duration::from_secs(10);
 /// How long a caller waits before giving up on a call (and dropping it).
 const CALLER_PATIENCE: Duration = Duration::from_millis(200);
-
-/// Answers `capabilities` at once and never answers `node_status`.
-fn handler() -> Handler<LodeServiceRequest, LodeServiceResponse> {
-    Arc::new(|request: LodeServiceRequest| {
-        Box::pin(async move {
-            match request {
-                LodeServiceRequest::Capabilities {} => Ok(LodeServiceResponse::Capabilities(vec![Capability::Kv])),
-                LodeServiceRequest::NodeStatus {} => std::future::pending().await,
-                other => Err(format!("the test server does not serve {other:?}")),
-            }
-        })
-    })
-}
 
 struct Server {
     address: String,

@@ -3,15 +3,18 @@
 //! past the port's limit as on a served connection, and a server that
 //! stops ends its channel and the calls running on it.
 
+mod support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use lode_client::connection::{CallFailure, Connection};
 use lode_client::in_process::InProcess;
-use lode_client::protocol::{Capability, LodeServiceRequest, LodeServiceResponse};
-use lode_client::rpc::{Channel, Handler, PortCalls};
+use lode_client::protocol::Capability;
+use lode_client::rpc::{Channel, PortCalls};
 use lode_client::tls::Transport;
+use support::handler;
 use tokio::sync::watch;
 
 /// Long enough for anything these tests wait on to happen many times over.
@@ -19,19 +22,6 @@ const WAIT_MAX: Duration = Duration::from_secs(10);
 /// Nothing listens here (a privileged port): a call that reached a socket
 /// would fail to dial.
 const ADDRESS: &str = "127.0.0.1:1";
-
-/// Answers `capabilities` at once and never answers `node_status`.
-fn handler() -> Handler<LodeServiceRequest, LodeServiceResponse> {
-    Arc::new(|request: LodeServiceRequest| {
-        Box::pin(async move {
-            match request {
-                LodeServiceRequest::Capabilities {} => Ok(LodeServiceResponse::Capabilities(vec![Capability::Kv])),
-                LodeServiceRequest::NodeStatus {} => std::future::pending().await,
-                other => Err(format!("the test server does not serve {other:?}")),
-            }
-        })
-    })
-}
 
 /// A connection to an in-process server with one place for calls; the
 /// count of channels it opened.
