@@ -20,7 +20,7 @@ use crate::clock::MemberClock;
 use crate::cluster_identity::{founding_cluster_id, ClusterIdentity};
 use crate::config::{Membership, NodeConfig, Storage};
 use crate::network::{NetworkFactory, PeerConnections};
-use crate::ports::serve;
+use crate::ports::{serve, PortServer};
 use crate::proposer::Proposer;
 use crate::reads::ReadIndex;
 use crate::service::{NodeService, Port};
@@ -263,12 +263,18 @@ impl Node {
         });
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);
-        let in_process = crate::ports::in_process_client_port(&address, shared.clone(), stop_receiver.clone());
+        let client_port = PortServer::new(Port::Client, shared.clone());
+        let in_process = crate::ports::in_process_client_port(&address, client_port.clone(), stop_receiver.clone());
         let tasks = vec![
+            tokio::spawn(serve(listeners.client, client_port, stop_receiver.clone()).instrument(span.clone())),
             tokio::spawn(
-                serve(listeners.client, Port::Client, shared.clone(), stop_receiver.clone()).instrument(span.clone()),
+                serve(
+                    listeners.peer,
+                    PortServer::new(Port::Peer, shared.clone()),
+                    stop_receiver,
+                )
+                .instrument(span.clone()),
             ),
-            tokio::spawn(serve(listeners.peer, Port::Peer, shared.clone(), stop_receiver).instrument(span.clone())),
             tokio::spawn(sweep_expired(shared.clone()).instrument(span.clone())),
             tokio::spawn(enter_cluster(shared.clone()).instrument(span.clone())),
             tokio::spawn(publish_client_address(shared.clone()).instrument(span.clone())),

@@ -17,16 +17,17 @@ use crate::accept::{accept_loop, PortSettings, TlsPort};
 use crate::service::{NodeService, Port};
 use crate::shared::Shared;
 
-/// What serving one connection of a port needs.
+/// What serving one connection of a port needs. Its clones share the
+/// port's call limit (`ServerLimits::port_calls`).
 #[derive(Clone)]
-struct PortServer {
+pub(crate) struct PortServer {
     shared: Arc<Shared>,
     port: Port,
     limits: rpc::ServerLimits,
 }
 
 impl PortServer {
-    fn new(port: Port, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(port: Port, shared: Arc<Shared>) -> Self {
         let config = &shared.config;
         let limits = rpc::ServerLimits {
             frame_bytes_max: match port {
@@ -88,10 +89,11 @@ impl PortServer {
     }
 }
 
-/// Accepts connections on `listener` for `port` until `stop` turns true.
-pub(crate) async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<Shared>, stop: watch::Receiver<bool>) {
-    let config = &shared.config;
-    let (tls_port, connections_max, name) = match port {
+/// Accepts connections on `listener` for `server`'s port until `stop`
+/// turns true.
+pub(crate) async fn serve(listener: Box<dyn Listener>, server: PortServer, stop: watch::Receiver<bool>) {
+    let config = &server.shared.config;
+    let (tls_port, connections_max, name) = match server.port {
         Port::Client => (TlsPort::Client, config.client_connections_max, "client"),
         Port::Peer => (TlsPort::Peer, config.peer_connections_max, "peer"),
     };
@@ -100,25 +102,25 @@ pub(crate) async fn serve(listener: Box<dyn Listener>, port: Port, shared: Arc<S
         connections_max,
         tls_handshake: Duration::from_millis(config.tls_handshake_ms_max),
         name,
-        open: shared.metrics.connections_open(name),
+        open: server.shared.metrics.connections_open(name),
     };
-    let server = PortServer::new(port, shared.clone());
     let serve_one = move |stream, certificate_name, stop| server.serve(stream, certificate_name, stop);
     accept_loop(listener, settings, stop, serve_one).await
 }
 
 /// The client port of this member, reached in process at `address`: each
-/// channel opened is a connection's service (the caller authenticates, the
-/// port's call limit holds) whose calls run in the caller's task, and ends
-/// when `stop` turns true. Neither TLS nor the port's connection cap
-/// applies: no byte leaves the process, and the one caller, the member's
-/// own gateway, keeps a bounded set of clients.
-pub(crate) fn in_process_client_port(address: &str, shared: Arc<Shared>, stop: watch::Receiver<bool>) -> InProcess {
-    let server = PortServer::new(Port::Client, shared);
+/// channel opened is a connection's service (the caller authenticates, and
+/// its calls count against the port's call limit, shared with the
+/// connections `client_port` serves) whose calls run in the caller's task,
+/// and ends when `stop` turns true. Neither TLS nor the port's connection
+/// cap applies: no byte leaves the process, and the one caller, the
+/// member's own gateway, keeps a bounded set of clients.
+pub(crate) fn in_process_client_port(address: &str, client_port: PortServer, stop: watch::Receiver<bool>) -> InProcess {
     InProcess::new(
         address,
         Arc::new(move || {
-            rpc::Channel::in_process(server.handler(None), server.limits.port_calls.clone(), stop.clone())
+            let port_calls = client_port.limits.port_calls.clone();
+            rpc::Channel::in_process(client_port.handler(None), port_calls, stop.clone())
         }),
     )
 }

@@ -547,3 +547,54 @@ async fn the_gateway_reaches_its_own_member_without_a_socket() {
     }
     assert_eq!(client_port_connections(&kv), 0.0);
 }
+
+/// The gateway's in-process calls count against its member's client-port
+/// call limit, as they did over TCP: while a client holds the only place
+/// (`--client-requests-in-flight-max 1`, a long-polling read), a write
+/// through the gateway is refused, naming the limit, once its retries
+/// run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_shares_its_members_client_call_limit() {
+    use lode_client::protocol::{Consistency, Query, ReadRequest};
+
+    let cluster = TestCluster::start_with_http_and_flags(3, 10_000, &["--client-requests-in-flight-max", "1"]);
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.a_follower(leader);
+    let kv = KvHttp {
+        address: cluster
+            .kv_connect_url(follower)
+            .trim_start_matches("http://")
+            .to_owned(),
+    };
+    kv.one(json!({ "op": "set", "namespace": "config", "key": "before", "value": "1" }));
+    let patient = lode_client::ClientOptions {
+        attempt_timeout: std::time::Duration::from_secs(60),
+        call_timeout: std::time::Duration::from_secs(60),
+        ..cluster.options()
+    };
+    let holder = lode_client::Client::with_options([cluster.address_of(follower)], patient).expect("a client");
+    // Nothing is queued, so this read waits its whole time on the member.
+    let hold = tokio::spawn(async move {
+        let wait = ReadRequest {
+            query: Query::NextDelivery { wait_ms: 30_000 },
+            consistency: Consistency::Eventual,
+        };
+        holder.read(wait).await
+    });
+    let (status, error) = support::wait_until("a gateway write refused for the held place", || async {
+        let (status, answer) = kv.call(
+            "write",
+            &json!({ "operations": [{ "op": "set", "namespace": "config", "key": "during", "value": "2" }] }),
+        );
+        (status != 200).then(|| (status, answer["error"].clone()))
+    })
+    .await;
+    assert_eq!(status, 503, "{error}");
+    assert!(
+        error.to_string().contains("client_requests_in_flight_max = 1"),
+        "{error}"
+    );
+    hold.abort();
+    // The place is given back when the holding call ends.
+    kv.one(json!({ "op": "set", "namespace": "config", "key": "after", "value": "3" }));
+}
