@@ -264,7 +264,8 @@ impl Node {
         let (stop_accepting, stop_receiver) = watch::channel(false);
         let span = tracing::info_span!("node", id = config.id);
         let client_port = PortServer::new(Port::Client, shared.clone());
-        let in_process = crate::ports::in_process_client_port(&address, client_port.clone(), stop_receiver.clone());
+        let in_process =
+            crate::ports::in_process_client_port(&address, client_port.clone(), stop_receiver.clone(), span.clone());
         let tasks = vec![
             tokio::spawn(serve(listeners.client, client_port, stop_receiver.clone()).instrument(span.clone())),
             tokio::spawn(

@@ -12,6 +12,7 @@ use lode_client::in_process::InProcess;
 use lode_client::protocol::{LodeService, LodeServiceRequest, LodeServiceResponse};
 use lode_client::rpc;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::accept::{accept_loop, PortSettings, TlsPort};
 use crate::service::{NodeService, Port};
@@ -45,10 +46,14 @@ impl PortServer {
         Self { shared, port, limits }
     }
 
-    /// A service for one connection's calls. On the client port a
-    /// certificate's common name names its user (a token sent later takes
-    /// its place).
-    fn handler(&self, certificate_name: Option<String>) -> rpc::Handler<LodeServiceRequest, LodeServiceResponse> {
+    /// A service for one connection's calls, each run in `span`. On the
+    /// client port a certificate's common name names its user (a token
+    /// sent later takes its place).
+    fn handler(
+        &self,
+        certificate_name: Option<String>,
+        span: tracing::Span,
+    ) -> rpc::Handler<LodeServiceRequest, LodeServiceResponse> {
         let credential = certificate_name
             .filter(|_| self.port == Port::Client)
             .map(crate::auth::Credential::Certificate);
@@ -60,11 +65,14 @@ impl PortServer {
         .serve();
         Arc::new(move |request| {
             let service = service.clone();
-            Box::pin(async move {
-                tarpc::server::Serve::serve(service, connection::context(), request)
-                    .await
-                    .map_err(|error| error.detail)
-            })
+            Box::pin(
+                async move {
+                    tarpc::server::Serve::serve(service, connection::context(), request)
+                        .await
+                        .map_err(|error| error.detail)
+                }
+                .instrument(span.clone()),
+            )
         })
     }
 
@@ -75,7 +83,9 @@ impl PortServer {
         certificate_name: Option<String>,
         mut stop: watch::Receiver<bool>,
     ) -> impl Future<Output = ()> + Send + 'static {
-        let handler = self.handler(certificate_name);
+        // The connection's task, and each call's, already run in the
+        // node's span (`accept_loop`).
+        let handler = self.handler(certificate_name, tracing::Span::none());
         // A malformed frame ends this connection; the node and every other
         // connection carry on.
         let limits = self.limits.clone();
@@ -114,13 +124,20 @@ pub(crate) async fn serve(listener: Box<dyn Listener>, server: PortServer, stop:
 /// connections `client_port` serves) whose calls run in the caller's task,
 /// and ends when `stop` turns true. Neither TLS nor the port's connection
 /// cap applies: no byte leaves the process, and the one caller, the
-/// member's own gateway, keeps a bounded set of clients.
-pub(crate) fn in_process_client_port(address: &str, client_port: PortServer, stop: watch::Receiver<bool>) -> InProcess {
+/// member's own gateway, keeps a bounded set of clients. The calls run in
+/// `span` (the node's), so their logs name the member as those of accepted
+/// connections do, whatever the caller's span.
+pub(crate) fn in_process_client_port(
+    address: &str,
+    client_port: PortServer,
+    stop: watch::Receiver<bool>,
+    span: tracing::Span,
+) -> InProcess {
     InProcess::new(
         address,
         Arc::new(move || {
             let port_calls = client_port.limits.port_calls.clone();
-            rpc::Channel::in_process(client_port.handler(None), port_calls, stop.clone())
+            rpc::Channel::in_process(client_port.handler(None, span.clone()), port_calls, stop.clone())
         }),
     )
 }

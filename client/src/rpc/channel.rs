@@ -72,7 +72,7 @@ enum Link<Request, Response> {
 impl<Request, Response> Clone for Channel<Request, Response> {
     fn clone(&self) -> Self {
         let link = match &self.link {
-            Link::Stream { outgoing, shared, .. } => Link::Stream {
+            Link::Stream { outgoing, shared } => Link::Stream {
                 outgoing: outgoing.clone(),
                 shared: shared.clone(),
             },
@@ -135,7 +135,7 @@ where
     /// future before the answer cancels the request on the server.
     pub async fn call(&self, request: Request) -> Result<Response, RpcError> {
         match &self.link {
-            Link::Stream { outgoing, shared, .. } => call_over_stream(outgoing, shared, request).await,
+            Link::Stream { outgoing, shared } => call_over_stream(outgoing, shared, request).await,
             Link::InProcess(server) => server.call(request).await,
         }
     }

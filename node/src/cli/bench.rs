@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
+use lode_client::tls::ClientTls;
 use lode_client::Bounds;
 
 use super::bench_cpu;
@@ -172,10 +173,12 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     let clients = (0..connections)
         .map(|_| arguments.endpoints.client())
         .collect::<Result<Vec<_>, _>>()?;
+    // The CA files are read once, not once per session.
+    let tls = arguments.endpoints.tls()?;
     let mut workers = Vec::new();
     for worker in 0..arguments.clients {
         let deno = match arguments.workload.is_deno() {
-            true => Some(kv_connect_session(&arguments).await?),
+            true => Some(kv_connect_session(&arguments, tls.as_ref()).await?),
             false => None,
         };
         let client = Worker {
@@ -243,11 +246,10 @@ fn check(arguments: &BenchArguments) -> Result<(), anyhow::Error> {
 
 /// A KV Connect session on a connection of its own, as `--kv-connect`
 /// and `--kv-connect-token` name (both checked present).
-async fn kv_connect_session(arguments: &BenchArguments) -> Result<KvConnect, anyhow::Error> {
+async fn kv_connect_session(arguments: &BenchArguments, tls: Option<&ClientTls>) -> Result<KvConnect, anyhow::Error> {
     let url = arguments.kv_connect.as_deref().unwrap_or_default();
     let token = arguments.kv_connect_token.as_deref().unwrap_or_default();
-    let tls = arguments.endpoints.tls()?;
-    KvConnect::connect(url, token, tls.as_ref()).await
+    KvConnect::connect(url, token, tls).await
 }
 
 /// One client of the bench and what it shares with the others.
@@ -523,9 +525,10 @@ async fn prefill(arguments: &Arc<BenchArguments>, values: &Values) -> Result<(),
 /// Writes every key once through KV Connect so Deno KV reads find values.
 async fn prefill_deno(arguments: &Arc<BenchArguments>, values: &Values) -> Result<(), anyhow::Error> {
     let workers = arguments.clients.min(64) as u64;
+    let tls = arguments.endpoints.tls()?;
     let mut tasks = Vec::new();
     for worker in 0..workers {
-        let mut session = kv_connect_session(arguments).await?;
+        let mut session = kv_connect_session(arguments, tls.as_ref()).await?;
         let (keys, values) = (arguments.keys, values.clone());
         tasks.push(tokio::spawn(async move {
             let mut key = worker;
