@@ -489,10 +489,12 @@ async fn the_bench_is_bounded_and_reports_every_workload() {
 }
 
 /// The Deno KV workloads speak KV Connect to a follower's HTTP port as the
-/// Deno client does; the reads find what the writes stored, and a wrong
-/// token or a missing port is refused, naming what is wrong.
+/// Deno client does, and `state-http-update` the State API's JSON; the
+/// reads find what the writes stored, each update answers the value it
+/// set, and a wrong token or a missing port is refused, naming what is
+/// wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_bench_runs_deno_kv_workloads_through_kv_connect() {
+async fn the_bench_runs_deno_kv_and_state_workloads_over_http() {
     let cluster = TestCluster::start_with_http(3, 10_000);
     let leader = cluster.wait_for_leader().await;
     let endpoints = cluster.endpoints().join(",");
@@ -521,14 +523,18 @@ async fn the_bench_runs_deno_kv_workloads_through_kv_connect() {
                 "50",
                 "--workload",
                 workload,
-                "--kv-connect",
+                "--http",
                 &url,
-                "--kv-connect-token",
+                "--http-token",
                 token,
             ],
         )
     };
-    for (workload, name) in [("deno-set", "DenoSet"), ("deno-get", "DenoGet")] {
+    for (workload, name) in [
+        ("deno-set", "DenoSet"),
+        ("deno-get", "DenoGet"),
+        ("state-http-update", "StateHttpUpdate"),
+    ] {
         let output = bench(workload, support::ACCESS_TOKEN);
         assert!(output.status.success(), "{workload}: {output:?}");
         let result: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
@@ -563,14 +569,34 @@ async fn the_bench_runs_deno_kv_workloads_through_kv_connect() {
         String::from_utf8_lossy(&output.stderr).contains("for --cpu-of"),
         "{output:?}"
     );
+    // KV Connect's session starts with an authenticated exchange, so a
+    // wrong token stops the bench; the State API's calls are each refused
+    // and counted as errors.
     let output = bench("deno-set", "not-the-token");
     assert!(!output.status.success(), "{output:?}");
-    let message = String::from_utf8_lossy(&output.stderr);
-    assert!(message.contains("401"), "{message}");
-    let output = lode(&["bench", "--workload", "deno-get", "--duration", "1s"], &endpoints);
-    assert!(!output.status.success(), "{output:?}");
-    let message = String::from_utf8_lossy(&output.stderr);
-    assert!(message.contains("--kv-connect"), "{message}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("401"), "{output:?}");
+    let output = bench("state-http-update", "not-the-token");
+    let result: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
+    assert_eq!(
+        (result["errors"].as_u64(), result["ops"].as_u64()),
+        (Some(200), Some(0)),
+        "{result}"
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("401 Unauthorized"),
+        "{output:?}"
+    );
+    for workload in ["deno-set", "state-http-update"] {
+        let output = lode(&["bench", "--workload", workload, "--duration", "1s"], &endpoints);
+        assert!(!output.status.success(), "{output:?}");
+        let message = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            message.contains(&format!(
+                "--http (a member's HTTP port, http://host:port) is needed for workload {workload}"
+            )),
+            "{workload}: {message}"
+        );
+    }
     cluster.assert_no_errors();
 }
 

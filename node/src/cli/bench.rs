@@ -13,6 +13,7 @@ use lode_client::Bounds;
 
 use super::bench_cpu;
 use super::bench_kv_connect::KvConnect;
+use super::bench_state_http::{StateHttp, BENCH_STATE_SCOPE};
 use super::helpers::Endpoints;
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,13 +30,16 @@ pub enum Workload {
     /// One linearizable get_many of 10 random keys.
     GetMany,
     /// One State API `update` (a set of a small JSON object) of a random
-    /// key of scope `bench`.
+    /// key of scope `bench`, through the SDK on the client ports.
     StateUpdate,
+    /// The same `update` as JSON over a member's HTTP port (`--http`),
+    /// as a program without the SDK calls it.
+    StateHttpUpdate,
     /// Acquire a lease on a random key, then release it: two writes.
     Lease,
     /// Enqueue a message, claim one, finish it: three writes.
     Queue,
-    /// A Deno KV `set` of a random key through KV Connect (`--kv-connect`).
+    /// A Deno KV `set` of a random key through KV Connect (`--http`).
     DenoSet,
     /// A Deno KV strong `get` of a random key through KV Connect (every
     /// key written first; an absent one counts as an error).
@@ -43,9 +47,16 @@ pub enum Workload {
 }
 
 impl Workload {
-    /// Whether the workload speaks KV Connect rather than the KV API.
-    fn is_deno(self) -> bool {
-        matches!(self, Workload::DenoSet | Workload::DenoGet)
+    /// Whether the workload calls a member's HTTP port rather than the
+    /// client ports.
+    fn is_http(self) -> bool {
+        matches!(self, Workload::DenoSet | Workload::DenoGet | Workload::StateHttpUpdate)
+    }
+
+    /// The workload's name on the command line, e.g. `state-http-update`.
+    fn flag_value(self) -> String {
+        self.to_possible_value()
+            .map_or_else(|| format!("{self:?}"), |value| value.get_name().to_owned())
     }
 }
 
@@ -88,14 +99,19 @@ pub struct BenchArguments {
     #[arg(long)]
     pub quiet: bool,
     /// A member's HTTP port, `http://host:port` (or `https://` with
-    /// --tls-ca), for the Deno KV workloads: each client opens its own KV
-    /// Connect session there.
-    #[arg(long)]
-    pub kv_connect: Option<String>,
-    /// The KV Connect access token (the member's `--access-token`, or a
-    /// user's token) for the Deno KV workloads.
-    #[arg(long, env = "DENO_KV_ACCESS_TOKEN", hide_env_values = true)]
-    pub kv_connect_token: Option<String>,
+    /// --tls-ca), for the Deno KV and `state-http-update` workloads: each
+    /// client opens a connection of its own there.
+    #[arg(long, visible_alias = "kv-connect")]
+    pub http: Option<String>,
+    /// The bearer token for `--http` (the member's `--access-token`, or a
+    /// user's token).
+    #[arg(
+        long,
+        visible_alias = "kv-connect-token",
+        env = "DENO_KV_ACCESS_TOKEN",
+        hide_env_values = true
+    )]
+    pub http_token: Option<String>,
     /// Members' HTTP ports, `http://host:port,...`: their CPU time
     /// (`process_cpu_seconds_total`) is read before and after the run, and
     /// the CPU each request cost them, and the bench, is reported.
@@ -111,6 +127,15 @@ impl BenchArguments {
     /// The connections the clients share: one each unless `--connections`.
     fn connections(&self) -> usize {
         self.connections.unwrap_or(self.clients)
+    }
+
+    /// `--http` and `--http-token` (`check` made sure both are given for
+    /// an HTTP workload).
+    fn http_target(&self) -> (&str, &str) {
+        (
+            self.http.as_deref().unwrap_or_default(),
+            self.http_token.as_deref().unwrap_or_default(),
+        )
     }
 }
 
@@ -177,13 +202,13 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     let tls = arguments.endpoints.tls()?;
     let mut workers = Vec::new();
     for worker in 0..arguments.clients {
-        let deno = match arguments.workload.is_deno() {
-            true => Some(kv_connect_session(&arguments, tls.as_ref()).await?),
+        let http = match arguments.workload.is_http() {
+            true => Some(HttpSession::open(&arguments, tls.as_ref()).await?),
             false => None,
         };
         let client = Worker {
             client: clients[worker % connections].clone(),
-            deno,
+            http,
             arguments: arguments.clone(),
             counters: counters.clone(),
             values: values.clone(),
@@ -233,29 +258,60 @@ fn check(arguments: &BenchArguments) -> Result<(), anyhow::Error> {
     if arguments.keys == 0 {
         anyhow::bail!("--keys must be at least 1");
     }
-    if arguments.workload.is_deno() {
-        if arguments.kv_connect.is_none() {
-            anyhow::bail!("--kv-connect (a member's HTTP port, http://host:port) is needed for a Deno KV workload");
+    if arguments.workload.is_http() {
+        if arguments.http.is_none() {
+            anyhow::bail!(
+                "--http (a member's HTTP port, http://host:port) is needed for workload {}",
+                arguments.workload.flag_value()
+            );
         }
-        if arguments.kv_connect_token.is_none() {
-            anyhow::bail!("--kv-connect-token (or DENO_KV_ACCESS_TOKEN) is needed for a Deno KV workload");
+        if arguments.http_token.is_none() {
+            anyhow::bail!(
+                "--http-token (or DENO_KV_ACCESS_TOKEN) is needed for workload {}",
+                arguments.workload.flag_value()
+            );
         }
     }
     Ok(())
 }
 
-/// A KV Connect session on a connection of its own, as `--kv-connect`
-/// and `--kv-connect-token` name (both checked present).
-async fn kv_connect_session(arguments: &BenchArguments, tls: Option<&ClientTls>) -> Result<KvConnect, anyhow::Error> {
-    let url = arguments.kv_connect.as_deref().unwrap_or_default();
-    let token = arguments.kv_connect_token.as_deref().unwrap_or_default();
-    KvConnect::connect(url, token, tls).await
+/// A client's session on a member's HTTP port, as `--http` and
+/// `--http-token` name (both checked present).
+enum HttpSession {
+    KvConnect(KvConnect),
+    State(StateHttp),
+}
+
+impl HttpSession {
+    async fn open(arguments: &BenchArguments, tls: Option<&ClientTls>) -> Result<Self, anyhow::Error> {
+        let (url, token) = arguments.http_target();
+        Ok(match arguments.workload {
+            Workload::StateHttpUpdate => HttpSession::State(StateHttp::connect(url, token, tls).await?),
+            _ => HttpSession::KvConnect(KvConnect::connect(url, token, tls).await?),
+        })
+    }
+
+    /// One request of the workload.
+    async fn request(
+        &mut self,
+        workload: Workload,
+        key: &str,
+        value: &[u8],
+        sequence: u64,
+        worker: usize,
+    ) -> Result<(), anyhow::Error> {
+        match (self, workload) {
+            (HttpSession::KvConnect(session), Workload::DenoGet) => session.get(key).await,
+            (HttpSession::KvConnect(session), _) => session.set(key, value).await,
+            (HttpSession::State(session), _) => session.update(key, sequence, worker).await,
+        }
+    }
 }
 
 /// One client of the bench and what it shares with the others.
 struct Worker {
     client: lode_client::Client,
-    deno: Option<KvConnect>,
+    http: Option<HttpSession>,
     arguments: Arc<BenchArguments>,
     counters: Arc<Counters>,
     values: Values,
@@ -279,8 +335,12 @@ impl Worker {
             let key = format!("key-{}", sequence % arguments.keys);
             let value = self.values.get(sequence >> 16);
             let began = tokio::time::Instant::now();
-            let result = match &mut self.deno {
-                Some(session) => deno_request(session, arguments.workload, &key, value).await,
+            let result = match &mut self.http {
+                Some(session) => {
+                    session
+                        .request(arguments.workload, &key, value, sequence, self.worker)
+                        .await
+                }
                 None => {
                     let request = Request {
                         client: &self.client,
@@ -317,19 +377,6 @@ fn is_version_conflict(error: &anyhow::Error) -> bool {
     error
         .downcast_ref::<lode_client::LodeError>()
         .is_some_and(lode_client::LodeError::is_version_conflict)
-}
-
-/// One Deno KV request of the workload.
-async fn deno_request(
-    session: &mut KvConnect,
-    workload: Workload,
-    key: &str,
-    value: &[u8],
-) -> Result<(), anyhow::Error> {
-    match workload {
-        Workload::DenoGet => session.get(key).await,
-        _ => session.set(key, value).await,
-    }
 }
 
 /// One line on standard error each second: requests done, the last
@@ -462,7 +509,8 @@ impl Request<'_> {
             Workload::StateUpdate => {
                 let value = serde_json::json!({ "sequence": self.sequence, "worker": self.worker });
                 let ops = [lode_client::state::UpdateOp::Set { path: None, value }];
-                self.client.state().update("bench", key, &ops).await.map(|_| ())
+                let state = self.client.state();
+                state.update(BENCH_STATE_SCOPE, key, &ops).await.map(|_| ())
             }
             Workload::Lease => {
                 let holder = format!("bench-{}", self.worker);
@@ -480,9 +528,12 @@ impl Request<'_> {
                     None => Ok(()),
                 }
             }
-            Workload::DenoSet | Workload::DenoGet => Err(lode_client::LodeError::Unsupported(
-                "a Deno KV workload runs through KV Connect, not the KV API".to_owned(),
-            )),
+            Workload::DenoSet | Workload::DenoGet | Workload::StateHttpUpdate => {
+                Err(lode_client::LodeError::Unsupported(format!(
+                    "workload {} runs through a member's HTTP port, not the client ports",
+                    self.arguments.workload.flag_value()
+                )))
+            }
         }
     }
 }
@@ -528,7 +579,8 @@ async fn prefill_deno(arguments: &Arc<BenchArguments>, values: &Values) -> Resul
     let tls = arguments.endpoints.tls()?;
     let mut tasks = Vec::new();
     for worker in 0..workers {
-        let mut session = kv_connect_session(arguments, tls.as_ref()).await?;
+        let (url, token) = arguments.http_target();
+        let mut session = KvConnect::connect(url, token, tls.as_ref()).await?;
         let (keys, values) = (arguments.keys, values.clone());
         tasks.push(tokio::spawn(async move {
             let mut key = worker;

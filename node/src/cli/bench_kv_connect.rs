@@ -1,25 +1,17 @@
 //! The Deno KV workloads of `lode bench`: each client speaks KV Connect to
 //! a member's HTTP port as the Deno client does (the metadata exchange,
 //! then protobuf `snapshot_read` and `atomic_write` calls with the session
-//! token it was given), over one HTTP/1.1 connection of its own (TLS for
-//! an `https://` port), so the
-//! figures are what a Deno user's program would see without Deno's own
-//! cost per call.
+//! token it was given), over one HTTP/1.1 connection of its own
+//! (`bench_http.rs`), so the figures are what a Deno user's program would
+//! see without Deno's own cost per call.
 
 use anyhow::{anyhow, bail, Context};
-use bytes::Bytes;
 use denokv_proto::datapath as pb;
 use denokv_proto::{Key, KeyPart};
-use http_body_util::Full;
-use hyper::client::conn::http1::SendRequest;
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, USER_AGENT};
-use lode_client::facade::ByteStream;
 use lode_client::tls::ClientTls;
 use prost::Message;
 
-/// Most bytes of one response body the bench reads: a point read's answer
-/// and the metadata document are far smaller.
-pub const BENCH_RESPONSE_BYTES_MAX: usize = 1 << 20;
+use super::bench_http::HttpConnection;
 
 const PROTOBUF: &str = "application/x-protobuf";
 
@@ -41,9 +33,7 @@ struct MetadataEndpoint {
 
 /// One KV Connect session on one connection.
 pub struct KvConnect {
-    sender: SendRequest<Full<Bytes>>,
-    authority: String,
-    token: String,
+    connection: HttpConnection,
     database_id: String,
     version: u64,
     /// The path of the strong endpoint, e.g. `/kv/strong`.
@@ -55,36 +45,9 @@ impl KvConnect {
     /// member's HTTP port; over TLS it trusts `tls`'s CA) and exchanges
     /// metadata with `access_token`.
     pub async fn connect(url: &str, access_token: &str, tls: Option<&ClientTls>) -> Result<Self, anyhow::Error> {
-        let (authority, tls) = match (url.split_once("://"), tls) {
-            (Some(("http", authority)), _) => (authority, None),
-            (Some(("https", authority)), Some(tls)) => (authority, Some(tls)),
-            (Some(("https", _)), None) => bail!("--kv-connect {url} is https: give the cluster's CA with --tls-ca"),
-            _ => bail!("--kv-connect must be an http:// or https:// URL, not {url}"),
-        };
-        let authority = authority.trim_end_matches('/').to_owned();
-        let stream = tokio::net::TcpStream::connect(&authority)
-            .await
-            .with_context(|| format!("connecting to {authority}"))?;
-        stream.set_nodelay(true)?;
-        let stream: Box<dyn ByteStream> = match tls {
-            Some(tls) => tls
-                .connect(Box::new(stream), &authority)
-                .await
-                .with_context(|| format!("the TLS handshake with {authority}"))?,
-            None => Box::new(stream),
-        };
-        let (sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-        tokio::spawn(connection);
-        let mut session = Self {
-            sender,
-            authority,
-            token: access_token.to_owned(),
-            database_id: String::new(),
-            version: 0,
-            strong_path: String::new(),
-        };
+        let mut connection = HttpConnection::connect(url, access_token, tls).await?;
         let request = br#"{"supportedVersions":[1,2,3]}"#.to_vec();
-        let body = session.post("/", "application/json", request).await?;
+        let body = connection.post("/", "application/json", &[], request).await?;
         let metadata: Metadata = serde_json::from_slice(&body).context("reading the metadata exchange's answer")?;
         let strong = metadata
             .endpoints
@@ -95,11 +58,14 @@ impl KvConnect {
             .url
             .find("/kv/")
             .ok_or_else(|| anyhow!("the strong endpoint {} has no /kv/ path", strong.url))?;
-        session.strong_path = strong.url[path_start..].to_owned();
-        session.token = metadata.token;
-        session.database_id = metadata.database_id;
-        session.version = metadata.version;
-        Ok(session)
+        let strong_path = strong.url[path_start..].to_owned();
+        connection.use_token(metadata.token);
+        Ok(Self {
+            connection,
+            database_id: metadata.database_id,
+            version: metadata.version,
+            strong_path,
+        })
     }
 
     /// Sets `["bench", key]` to `value` (bytes), as `kv.set` does.
@@ -117,7 +83,7 @@ impl KvConnect {
             ..Default::default()
         };
         let path = format!("{}/atomic_write", self.strong_path);
-        let body = self.post(&path, PROTOBUF, write.encode_to_vec()).await?;
+        let body = self.post(&path, write.encode_to_vec()).await?;
         let output = pb::AtomicWriteOutput::decode(body).context("decoding an atomic_write answer")?;
         if output.status != pb::AtomicWriteStatus::AwSuccess as i32 {
             bail!("atomic_write answered status {}", output.status);
@@ -141,7 +107,7 @@ impl KvConnect {
             }],
         };
         let path = format!("{}/snapshot_read", self.strong_path);
-        let body = self.post(&path, PROTOBUF, read.encode_to_vec()).await?;
+        let body = self.post(&path, read.encode_to_vec()).await?;
         let output = pb::SnapshotReadOutput::decode(body).context("decoding a snapshot_read answer")?;
         if output.status != pb::SnapshotReadStatus::SrSuccess as i32 || !output.read_is_strongly_consistent {
             bail!(
@@ -157,25 +123,18 @@ impl KvConnect {
         Ok(())
     }
 
-    /// One POST on the session's connection; an answer other than 2xx is
-    /// an error carrying the server's text.
-    async fn post(&mut self, path: &str, content_type: &str, body: Vec<u8>) -> Result<Bytes, anyhow::Error> {
-        let mut request = hyper::Request::post(path)
-            .header(HOST, &self.authority)
-            .header(AUTHORIZATION, format!("Bearer {}", self.token))
-            .header(CONTENT_TYPE, content_type)
-            .header(USER_AGENT, concat!("lode-bench/", env!("CARGO_PKG_VERSION")));
-        if self.version == 1 {
-            request = request.header("x-transaction-domain-id", &self.database_id);
-        } else if self.version >= 2 {
-            request = request
-                .header("x-denokv-database-id", &self.database_id)
-                .header("x-denokv-version", self.version.to_string());
-        }
-        let request = request.body(Full::new(Bytes::from(body)))?;
-        self.sender.ready().await?;
-        let response = self.sender.send_request(request).await?;
-        super::helpers::read_answer(response, path, ("bench_response_bytes_max", BENCH_RESPONSE_BYTES_MAX)).await
+    /// One protobuf POST with the headers of the session's protocol
+    /// version.
+    async fn post(&mut self, path: &str, body: Vec<u8>) -> Result<bytes::Bytes, anyhow::Error> {
+        let version = self.version.to_string();
+        let headers: &[(&str, &str)] = match self.version {
+            1 => &[("x-transaction-domain-id", &self.database_id)],
+            _ => &[
+                ("x-denokv-database-id", &self.database_id),
+                ("x-denokv-version", &version),
+            ],
+        };
+        self.connection.post(path, PROTOBUF, headers, body).await
     }
 }
 

@@ -3,7 +3,9 @@
 mod auth;
 mod bench;
 mod bench_cpu;
+mod bench_http;
 mod bench_kv_connect;
+mod bench_state_http;
 mod certificates;
 mod dev;
 mod helpers;
