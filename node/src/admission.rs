@@ -12,7 +12,10 @@
 //! - the leader, to a new member right before adding it as a learner;
 //! - the leader, to a member that answered `not_admitted`: a voter is first
 //!   made a learner (`readmit_lost_members`), then admitted, and the leader
-//!   promotes it once it has caught up (`promotion.rs`).
+//!   promotes it once it has caught up (`promotion.rs`). A founder that was
+//!   not up at the founding takes the same path; the founder remembers
+//!   which founders those were, so that its log does not report them as
+//!   members that lost their data (another leader cannot tell them apart).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,9 +67,32 @@ impl Admission {
 #[derive(Default)]
 pub struct LostMembers {
     pending: Mutex<BTreeSet<u64>>,
+    /// On the founder: the founders that had not answered when it founded
+    /// the cluster. Their first `not_admitted` is expected (they start
+    /// late, as a StatefulSet's pods do one by one), not a loss of data.
+    late_founders: Mutex<BTreeSet<u64>>,
 }
 
 impl LostMembers {
+    /// Records the founders that were not admitted at the founding.
+    pub fn note_late_founders(&self, founders: impl IntoIterator<Item = u64>) {
+        let mut late = self
+            .late_founders
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        late.extend(founders);
+    }
+
+    /// Whether `member` is a founder that was not up at the founding and
+    /// has not been admitted since (answered once: admitting it ends that).
+    pub fn take_late_founder(&self, member: u64) -> bool {
+        let mut late = self
+            .late_founders
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        late.remove(&member)
+    }
+
     pub fn note(&self, member: u64) {
         let mut pending = self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if pending.insert(member) {

@@ -46,6 +46,13 @@ pub const PURGE_WAIT_FOR_SNAPSHOT: Duration = Duration::from_secs(30);
 /// long between rounds of asking, before it initializes the cluster.
 const FOUNDER_PING_TIMEOUT_MS: u64 = 1_000;
 const FOUNDER_PING_INTERVAL_MS: u64 = 200;
+/// How long the founder, once a quorum of the founders has answered, still
+/// waits for the others before it founds the cluster without them:
+/// founders started together (`lode dev`, a StatefulSet's pods started in
+/// parallel) then all take part from the first entry, instead of the
+/// late ones being made learners and promoted again.
+const FOUNDERS_ALL_WAIT_MS: u64 = 2_000;
+const _: () = assert!(FOUNDER_PING_INTERVAL_MS < FOUNDERS_ALL_WAIT_MS);
 
 /// The two ports a member listens on.
 pub struct Listeners {
@@ -593,6 +600,7 @@ async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> Fo
     let others = other_founders(shared, founders);
     let timeout = Duration::from_millis(FOUNDER_PING_TIMEOUT_MS);
     let mut waiting_logged = false;
+    let mut quorum_since = None;
     loop {
         let answers = shared.peers.statuses(others.clone(), cluster, timeout).await;
         match existing_cluster_lists(&answers, shared.id) {
@@ -607,16 +615,28 @@ async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> Fo
             Some(false) => return Founding::ExistsWithoutThisMember,
             None => {}
         }
-        if answers.len() + 1 > founders.len() / 2 {
+        let quorum = answers.len() + 1 > founders.len() / 2;
+        if !quorum {
+            quorum_since = None;
+        }
+        let waited_for_all = match quorum {
+            true => quorum_since.get_or_insert_with(tokio::time::Instant::now).elapsed(),
+            false => Duration::ZERO,
+        };
+        let all_may_come = answers.len() < others.len() && waited_for_all < Duration::from_millis(FOUNDERS_ALL_WAIT_MS);
+        if quorum && !all_may_come {
             let admissions = answers.iter().filter_map(|(id, _)| {
                 let address = founders.get(id)?;
                 Some(crate::admission::admit(&shared.peers, address, cluster))
             });
             if futures::future::join_all(admissions).await.iter().all(Result::is_ok) {
                 shared.admission.admit();
+                let late = others.iter().map(|(id, _)| *id);
+                let late = late.filter(|id| !answers.iter().any(|(answered, _)| answered == id));
+                shared.lost_members.note_late_founders(late);
                 return Founding::Initialize;
             }
-        } else if !waiting_logged {
+        } else if !quorum && !waiting_logged {
             tracing::info!(
                 node = shared.id,
                 "waiting for a quorum of the founders to answer before founding the cluster"

@@ -585,12 +585,21 @@ impl NodeService {
         let Some(cluster) = self.shared.cluster.get() else {
             return Err(LodeError::Unavailable("this member has no cluster id".to_owned()));
         };
+        let late_founder = self.shared.lost_members.take_late_founder(id);
         if membership.voter_ids().any(|voter| voter == id) {
-            tracing::warn!(
-                member = id,
-                "a voter answered that it holds no cluster state (its data was lost): it is a learner \
-                 again until it has caught up"
-            );
+            if late_founder {
+                tracing::info!(
+                    member = id,
+                    "a founder that was not up when the cluster was founded answered: it is a learner until it \
+                     has caught up"
+                );
+            } else {
+                tracing::warn!(
+                    member = id,
+                    "a voter answered that it holds no cluster state (its data was lost): it is a learner \
+                     again until it has caught up"
+                );
+            }
             self.shared
                 .raft
                 .change_membership(
@@ -601,7 +610,10 @@ impl NodeService {
                 .map_err(crate::proposer::write_error)?;
         }
         crate::admission::admit(&self.shared.peers, &member.peer_address, cluster).await?;
-        tracing::info!(member = id, "readmitted a member that had lost its data, as a learner");
+        match late_founder {
+            true => tracing::info!(member = id, "admitted a late founder, as a learner"),
+            false => tracing::info!(member = id, "readmitted a member that had lost its data, as a learner"),
+        }
         Ok(())
     }
 

@@ -560,3 +560,43 @@ async fn a_wiped_member_rejoins_as_a_learner_and_never_founds_a_second_cluster()
     );
     assert_eq!(cluster.cluster_id(), cluster_id);
 }
+
+/// A founder that was not up when the others founded the cluster (as a
+/// StatefulSet's last pod, started after the others) joins once it
+/// starts, as a learner first; the leader says so, and does not report
+/// it as a member that lost its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_founder_started_late_joins_and_is_not_reported_as_lost() {
+    let mut cluster = TestCluster::start_without(3, 10_000, 3);
+    cluster.wait_for_leader().await;
+    let client = cluster.client();
+    let position = write_keys(&client, 0..50, 4).await;
+    cluster.restart_as_founder(3);
+    let leader = wait_until("the late founder to be admitted", || async {
+        let leader = client.cluster_status().await.ok()?.leader?;
+        cluster
+            .log_text(leader)
+            .lines()
+            .any(|line| line.contains("admitted a late founder, as a learner") && line.ends_with("member=3"))
+            .then_some(leader)
+    })
+    .await;
+    wait_for_voter(&client, 3).await;
+    cluster.wait_applied(3, position).await;
+    assert_keys_on(&cluster, 3, 0..50, position).await;
+    for id in 1..=3 {
+        let log = cluster.log_text(id);
+        assert!(
+            !log.contains("its data was lost"),
+            "member {id} reported a loss of data: {log}"
+        );
+    }
+    assert!(cluster
+        .log_text(leader)
+        .contains("was not up when the cluster was founded"));
+    let foundings: usize = (1..=3)
+        .map(|id| cluster.log_text(id).matches("initialized a new cluster").count())
+        .sum();
+    assert_eq!(foundings, 1);
+    cluster.assert_no_errors_except(&["Unreachable node", "NetworkError"]);
+}

@@ -198,6 +198,14 @@ async fn a_normal_start_logs_no_error_and_no_colour_into_a_file() {
         "a normal start logged errors:\n{}",
         errors.join("\n")
     );
+    // The three founders start together, so all take part from the first
+    // entry: none answers `not_admitted` or is made a learner for having
+    // answered the founder late.
+    let late: Vec<&str> = logs
+        .lines()
+        .filter(|line| line.contains("was not admitted") || line.contains("learner"))
+        .collect();
+    assert!(late.is_empty(), "a founder started late:\n{}", late.join("\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -180,7 +180,7 @@ impl TestCluster {
         let flags = tls_flags(&tls_dir);
         let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         flags.extend_from_slice(extra);
-        let mut cluster = Self::start_in(directory, count, snapshot_logs_max, &flags, true, None);
+        let mut cluster = Self::start_in(directory, count, snapshot_logs_max, &flags, true, None, None);
         cluster.common_flags = flags.iter().map(|flag| (*flag).to_owned()).collect();
         cluster.tls_dir = Some(tls_dir);
         cluster
@@ -188,14 +188,22 @@ impl TestCluster {
 
     fn start_members(count: u64, snapshot_logs_max: u64, extra: &[&str], http: bool) -> Self {
         let directory = tempfile::tempdir().expect("temp dir");
-        Self::start_in(directory, count, snapshot_logs_max, extra, http, None)
+        Self::start_in(directory, count, snapshot_logs_max, extra, http, None, None)
     }
 
     /// Starts `count` founding members of a new cluster, each member's data
     /// directory written first by `lode snapshot restore backup`.
     pub fn start_restored(backup: &std::path::Path, count: u64, snapshot_logs_max: u64) -> Self {
         let directory = tempfile::tempdir().expect("temp dir");
-        Self::start_in(directory, count, snapshot_logs_max, &[], false, Some(backup))
+        Self::start_in(directory, count, snapshot_logs_max, &[], false, Some(backup), None)
+    }
+
+    /// Starts the founding members `1..=count` but `late`, which the test
+    /// starts later (`restart_as_founder`): a founder that was not up
+    /// when the others founded the cluster.
+    pub fn start_without(count: u64, snapshot_logs_max: u64, late: u64) -> Self {
+        let directory = tempfile::tempdir().expect("temp dir");
+        Self::start_in(directory, count, snapshot_logs_max, &[], false, None, Some(late))
     }
 
     /// Starts `count` founding members whose data directories
@@ -206,7 +214,7 @@ impl TestCluster {
         snapshot_logs_max: u64,
         extra: &[&str],
     ) -> Self {
-        Self::start_in(directory, count, snapshot_logs_max, extra, false, None)
+        Self::start_in(directory, count, snapshot_logs_max, extra, false, None, None)
     }
 
     /// Starts `count` members on copies of the data directories
@@ -245,6 +253,7 @@ impl TestCluster {
         extra: &[&str],
         http: bool,
         restore_from: Option<&std::path::Path>,
+        late: Option<u64>,
     ) -> Self {
         let mut members = BTreeMap::new();
         for id in 1..=count {
@@ -272,7 +281,9 @@ impl TestCluster {
                     .expect("run lode snapshot restore");
                 assert!(output.status.success(), "restore of member {}: {output:?}", member.id);
             }
-            member.process = Some(spawn_node(member, &membership, snapshot_logs_max));
+            if late != Some(member.id) {
+                member.process = Some(spawn_node(member, &membership, snapshot_logs_max));
+            }
         }
         Self {
             directory,
