@@ -54,11 +54,7 @@ impl KvConnect {
             .iter()
             .find(|endpoint| endpoint.consistency == "strong")
             .ok_or_else(|| anyhow!("the metadata names no strong endpoint"))?;
-        let path_start = strong
-            .url
-            .find("/kv/")
-            .ok_or_else(|| anyhow!("the strong endpoint {} has no /kv/ path", strong.url))?;
-        let strong_path = strong.url[path_start..].to_owned();
+        let strong_path = endpoint_path(&strong.url)?;
         connection.use_token(metadata.token);
         Ok(Self {
             connection,
@@ -138,6 +134,25 @@ impl KvConnect {
     }
 }
 
+/// The path calls to an endpoint go under: the metadata names it by an
+/// absolute URL (Lode's, e.g. `http://host:port/kv/strong`) or by a path
+/// relative to the metadata's (denokv's `/v2`). The bench calls it on its
+/// own connection, so the host is not used.
+fn endpoint_path(url: &str) -> Result<String, anyhow::Error> {
+    let path = match url.split_once("://") {
+        Some((_, rest)) => rest.find('/').map_or("", |start| &rest[start..]),
+        None => url,
+    };
+    let path = path.trim_end_matches('/');
+    if path.is_empty() {
+        bail!("the strong endpoint {url} names no path");
+    }
+    Ok(match path.starts_with('/') {
+        true => path.to_owned(),
+        false => format!("/{path}"),
+    })
+}
+
 /// The Deno KV key `["bench", key]` in its tuple encoding.
 fn bench_key(key: &str) -> Result<Vec<u8>, anyhow::Error> {
     let key = Key(vec![
@@ -145,4 +160,25 @@ fn bench_key(key: &str) -> Result<Vec<u8>, anyhow::Error> {
         KeyPart::String(key.to_owned()),
     ]);
     Ok(denokv_proto::encode_key(&key)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::endpoint_path;
+
+    #[test]
+    fn an_endpoint_is_called_under_its_path_whether_absolute_or_relative() {
+        assert_eq!(
+            endpoint_path("http://127.0.0.1:7201/kv/strong").expect("a path"),
+            "/kv/strong"
+        );
+        assert_eq!(
+            endpoint_path("https://lode.example/kv/strong/").expect("a path"),
+            "/kv/strong"
+        );
+        assert_eq!(endpoint_path("/v2").expect("a path"), "/v2");
+        assert_eq!(endpoint_path("v2").expect("a path"), "/v2");
+        assert!(endpoint_path("http://127.0.0.1:7201").is_err());
+        assert!(endpoint_path("").is_err());
+    }
 }
