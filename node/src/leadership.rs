@@ -30,7 +30,9 @@ impl Leader {
 
 /// The leader, when member `id` (running `raft`) knows it and is not it.
 pub fn leader_elsewhere(raft: &Raft<TypeConfig>, id: u64) -> Option<Leader> {
-    let metrics = raft.metrics().borrow().clone();
+    // Borrowed, not cloned: this runs for every call a follower forwards.
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow();
     let leader = metrics.current_leader?;
     if leader == id {
         return None;
