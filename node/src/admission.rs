@@ -84,13 +84,22 @@ impl LostMembers {
     }
 
     /// Whether `member` is a founder that was not up at the founding and
-    /// has not been admitted since (answered once: admitting it ends that).
-    pub fn take_late_founder(&self, member: u64) -> bool {
+    /// has not been admitted since.
+    pub fn is_late_founder(&self, member: u64) -> bool {
+        let late = self
+            .late_founders
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        late.contains(&member)
+    }
+
+    /// `member` was admitted: a later `not_admitted` from it is a loss.
+    pub fn admitted(&self, member: u64) {
         let mut late = self
             .late_founders
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        late.remove(&member)
+        late.remove(&member);
     }
 
     pub fn note(&self, member: u64) {

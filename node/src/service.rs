@@ -585,7 +585,8 @@ impl NodeService {
         let Some(cluster) = self.shared.cluster.get() else {
             return Err(LodeError::Unavailable("this member has no cluster id".to_owned()));
         };
-        let late_founder = self.shared.lost_members.take_late_founder(id);
+        // Peeked, not taken: a readmission that fails is tried again.
+        let late_founder = self.shared.lost_members.is_late_founder(id);
         if membership.voter_ids().any(|voter| voter == id) {
             if late_founder {
                 tracing::info!(
@@ -610,6 +611,7 @@ impl NodeService {
                 .map_err(crate::proposer::write_error)?;
         }
         crate::admission::admit(&self.shared.peers, &member.peer_address, cluster).await?;
+        self.shared.lost_members.admitted(id);
         match late_founder {
             true => tracing::info!(member = id, "admitted a late founder, as a learner"),
             false => tracing::info!(member = id, "readmitted a member that had lost its data, as a learner"),
