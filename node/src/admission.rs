@@ -74,32 +74,28 @@ pub struct LostMembers {
 }
 
 impl LostMembers {
+    fn late_founders(&self) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
+        // Every change under this lock is one insert or remove: a panic
+        // leaves the set consistent.
+        self.late_founders
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Records the founders that were not admitted at the founding.
     pub fn note_late_founders(&self, founders: impl IntoIterator<Item = u64>) {
-        let mut late = self
-            .late_founders
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        late.extend(founders);
+        self.late_founders().extend(founders);
     }
 
     /// Whether `member` is a founder that was not up at the founding and
     /// has not been admitted since.
     pub fn is_late_founder(&self, member: u64) -> bool {
-        let late = self
-            .late_founders
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        late.contains(&member)
+        self.late_founders().contains(&member)
     }
 
     /// `member` was admitted: a later `not_admitted` from it is a loss.
     pub fn admitted(&self, member: u64) {
-        let mut late = self
-            .late_founders
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        late.remove(&member);
+        self.late_founders().remove(&member);
     }
 
     pub fn note(&self, member: u64) {

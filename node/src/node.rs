@@ -619,12 +619,10 @@ async fn founders_agree(shared: &Shared, founders: &BTreeMap<u64, String>) -> Fo
         if !quorum {
             quorum_since = None;
         }
-        let waited_for_all = match quorum {
-            true => quorum_since.get_or_insert_with(tokio::time::Instant::now).elapsed(),
-            false => Duration::ZERO,
-        };
-        let all_may_come = answers.len() < others.len() && waited_for_all < Duration::from_millis(FOUNDERS_ALL_WAIT_MS);
-        if quorum && !all_may_come {
+        // How long a quorum has answered, while one has.
+        let quorum_for = quorum.then(|| quorum_since.get_or_insert_with(tokio::time::Instant::now).elapsed());
+        let all_answered = answers.len() == others.len();
+        if quorum_for.is_some_and(|waited| all_answered || waited >= Duration::from_millis(FOUNDERS_ALL_WAIT_MS)) {
             let admissions = answers.iter().filter_map(|(id, _)| {
                 let address = founders.get(id)?;
                 Some(crate::admission::admit(&shared.peers, address, cluster))

@@ -577,9 +577,9 @@ async fn prefill(arguments: &Arc<BenchArguments>, values: &Values) -> Result<(),
 async fn prefill_deno(arguments: &Arc<BenchArguments>, values: &Values) -> Result<(), anyhow::Error> {
     let workers = arguments.clients.min(64) as u64;
     let tls = arguments.endpoints.tls()?;
+    let (url, token) = arguments.http_target();
     let mut tasks = Vec::new();
     for worker in 0..workers {
-        let (url, token) = arguments.http_target();
         let mut session = KvConnect::connect(url, token, tls.as_ref()).await?;
         let (keys, values) = (arguments.keys, values.clone());
         tasks.push(tokio::spawn(async move {

@@ -20,8 +20,8 @@ pub const BENCH_RESPONSE_BYTES_MAX: usize = 1 << 20;
 pub struct HttpConnection {
     sender: SendRequest<Full<Bytes>>,
     authority: String,
-    /// The bearer token every request carries.
-    token: String,
+    /// `Bearer <token>`, which every request carries.
+    authorization: String,
 }
 
 impl HttpConnection {
@@ -51,14 +51,14 @@ impl HttpConnection {
         Ok(Self {
             sender,
             authority,
-            token: token.to_owned(),
+            authorization: format!("Bearer {token}"),
         })
     }
 
     /// From now on, requests carry `token` (KV Connect's session token
     /// replaces the access token after the metadata exchange).
-    pub fn use_token(&mut self, token: String) {
-        self.token = token;
+    pub fn use_token(&mut self, token: &str) {
+        self.authorization = format!("Bearer {token}");
     }
 
     /// One POST with `headers` besides the usual ones; an answer other
@@ -72,7 +72,7 @@ impl HttpConnection {
     ) -> Result<Bytes, anyhow::Error> {
         let mut request = hyper::Request::post(path)
             .header(HOST, &self.authority)
-            .header(AUTHORIZATION, format!("Bearer {}", self.token))
+            .header(AUTHORIZATION, &self.authorization)
             .header(CONTENT_TYPE, content_type)
             .header(USER_AGENT, concat!("lode-bench/", env!("CARGO_PKG_VERSION")));
         for (name, value) in headers {

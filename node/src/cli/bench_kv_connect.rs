@@ -36,6 +36,8 @@ pub struct KvConnect {
     connection: HttpConnection,
     database_id: String,
     version: u64,
+    /// `version` as its header carries it, written once.
+    version_header: String,
     /// The path of the strong endpoint, e.g. `/kv/strong`.
     strong_path: String,
 }
@@ -55,11 +57,12 @@ impl KvConnect {
             .find(|endpoint| endpoint.consistency == "strong")
             .ok_or_else(|| anyhow!("the metadata names no strong endpoint"))?;
         let strong_path = endpoint_path(&strong.url)?;
-        connection.use_token(metadata.token);
+        connection.use_token(&metadata.token);
         Ok(Self {
             connection,
             database_id: metadata.database_id,
             version: metadata.version,
+            version_header: metadata.version.to_string(),
             strong_path,
         })
     }
@@ -122,12 +125,11 @@ impl KvConnect {
     /// One protobuf POST with the headers of the session's protocol
     /// version.
     async fn post(&mut self, path: &str, body: Vec<u8>) -> Result<bytes::Bytes, anyhow::Error> {
-        let version = self.version.to_string();
         let headers: &[(&str, &str)] = match self.version {
             1 => &[("x-transaction-domain-id", &self.database_id)],
             _ => &[
                 ("x-denokv-database-id", &self.database_id),
-                ("x-denokv-version", &version),
+                ("x-denokv-version", &self.version_header),
             ],
         };
         self.connection.post(path, PROTOBUF, headers, body).await
