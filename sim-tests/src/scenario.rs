@@ -19,7 +19,9 @@ pub enum FaultMix {
     Partitions,
     /// Crashes of a member, of the leader, or of a majority at once, each
     /// followed by a restart from what the member had synced; lagging
-    /// members catch up by snapshot.
+    /// members catch up by snapshot. Also a leader whose disk turns slow,
+    /// stopped with the followers that hold its newest entries
+    /// ([`Fault::SlowLeaderDisk`], [`Fault::CrashSlowLeader`]).
     Crashes,
     /// Message delay, held links and random link failures (loss).
     Network,
@@ -92,6 +94,20 @@ pub enum Fault {
     },
     /// Stops the current leader the same way.
     CrashLeader,
+    /// The current leader's disk turns slow: each background sync of its
+    /// log takes `sync_ms`. The leader is also cut off, both ways, from
+    /// the followers that hold least of its log, as many as make a quorum
+    /// with it, so only the other followers receive its newest entries.
+    SlowLeaderDisk {
+        sync_ms: u64,
+    },
+    /// Stops the leader whose disk turned slow and every follower it still
+    /// reached, then starts the leader again at once, its disk fast again
+    /// and its links healed. It lost the entries it had not synced; with
+    /// the followers it was cut from it is a quorum whose logs lack them,
+    /// so any of those entries a client heard of must have been kept
+    /// elsewhere (none may have been acknowledged).
+    CrashSlowLeader,
     /// Starts every stopped member again from its synced state.
     RestartAll,
     /// Sets the largest one-way message delay.
@@ -226,7 +242,7 @@ impl Scenario {
         let mut added = false;
         let mut wiped = false;
         while at < self.workload {
-            let hold_for = Duration::from_millis(random.gen_range(300..3_000));
+            let mut hold_for = Duration::from_millis(random.gen_range(300..3_000));
             let (fault, heal) = match self.mix {
                 FaultMix::Partitions => match random.gen_range(0..4) {
                     0 => {
@@ -245,7 +261,7 @@ impl Scenario {
                     }
                     _ => (Fault::IsolateLeader, Fault::HealNetwork),
                 },
-                FaultMix::Crashes => match random.gen_range(0..4) {
+                FaultMix::Crashes => match random.gen_range(0..5) {
                     0 => (
                         Fault::Crash {
                             members: vec![*founders.choose(random).unwrap_or(&1)],
@@ -258,6 +274,19 @@ impl Scenario {
                         let mut members = shuffled[..founders.len() / 2 + 1].to_vec();
                         members.sort_unstable();
                         (Fault::Crash { members }, Fault::RestartAll)
+                    }
+                    2 => {
+                        // Long enough for several writes to finish, were
+                        // they answered before the leader's sync.
+                        let crash_after = Duration::from_millis(random.gen_range(100..300));
+                        faults.push((at + crash_after, Fault::CrashSlowLeader));
+                        // The others stay down until the restarted leader
+                        // (which first waits a second for them to say
+                        // whether it was removed) and the followers it was
+                        // cut from have had time to elect a leader.
+                        hold_for = crash_after + Duration::from_millis(random.gen_range(3_000..4_000));
+                        let sync_ms = crash_after.as_millis() as u64 * 2;
+                        (Fault::SlowLeaderDisk { sync_ms }, Fault::RestartAll)
                     }
                     _ => (Fault::CrashLeader, Fault::RestartAll),
                 },

@@ -425,6 +425,7 @@ fn run_enabled(scenario: &Scenario, mut steps: Option<&mut StepTrace>) -> RunRep
         held: Vec::new(),
         applied: Vec::new(),
         operator: operator_queue,
+        slowed: None,
     };
     let mut violations = Vec::new();
     loop {
@@ -509,6 +510,9 @@ struct Driver {
     held: Vec<(u64, u64)>,
     applied: Vec<String>,
     operator: Rc<RefCell<VecDeque<Fault>>>,
+    /// The leader whose disk turned slow, and the followers it was cut
+    /// from, until [`Fault::CrashSlowLeader`].
+    slowed: Option<(u64, Vec<u64>)>,
 }
 
 impl Driver {
@@ -607,6 +611,39 @@ impl Driver {
         intact > voters.len() / 2
     }
 
+    /// The voters other than `leader` that hold least of its log, as many
+    /// as make a quorum with it: least matched first, then lowest id.
+    fn laggiest_followers(&self, leader: u64) -> Vec<u64> {
+        let Some(member) = self.member(leader) else {
+            return Vec::new();
+        };
+        let running = member.running.borrow();
+        let Some(running) = running.as_ref() else {
+            return Vec::new();
+        };
+        let metrics = running.raft.metrics().borrow().clone();
+        let voters: Vec<u64> = metrics.membership_config.membership().voter_ids().collect();
+        let matched = |id: u64| {
+            let replication = metrics.replication.as_ref();
+            replication.and_then(|replication| replication.get(&id).copied().flatten().map(|log_id| log_id.index))
+        };
+        let mut followers: Vec<(Option<u64>, u64)> = voters
+            .iter()
+            .filter(|id| **id != leader)
+            .map(|id| (matched(*id), *id))
+            .collect();
+        followers.sort_unstable();
+        followers
+            .into_iter()
+            .take(voters.len().saturating_sub(1) / 2)
+            .map(|(_, id)| id)
+            .collect()
+    }
+
+    fn member(&self, id: u64) -> Option<&Rc<Member>> {
+        self.members.iter().find(|member| member.id == id)
+    }
+
     fn fill_volume(&self, id: u64) {
         if let Some(member) = self.members.iter().find(|member| member.id == id) {
             member.log.set_full(true);
@@ -664,6 +701,41 @@ impl Driver {
             Fault::CrashLeader => {
                 if let Some(leader) = self.leader() {
                     self.crash(sim, leader);
+                }
+            }
+            Fault::SlowLeaderDisk { sync_ms } => {
+                if let Some(leader) = self.leader() {
+                    let cut = self.laggiest_followers(leader);
+                    for follower in &cut {
+                        self.cut.insert((leader, *follower));
+                        self.cut.insert((*follower, leader));
+                    }
+                    self.restore_partitions(sim);
+                    if let Some(member) = self.member(leader) {
+                        member.log.set_sync_delay(Duration::from_millis(sync_ms));
+                    }
+                    description.push_str(&format!(" (member {leader}, cut from {cut:?})"));
+                    self.slowed = Some((leader, cut));
+                }
+            }
+            Fault::CrashSlowLeader => {
+                if let Some((leader, cut)) = self.slowed.take() {
+                    let reached: Vec<u64> = ids.iter().copied().filter(|id| !cut.contains(id)).collect();
+                    for id in &reached {
+                        self.crash(sim, *id);
+                    }
+                    for follower in &cut {
+                        for (from, to) in [(leader, *follower), (*follower, leader)] {
+                            self.cut.remove(&(from, to));
+                            sim.repair_oneway(host(from), host(to));
+                        }
+                    }
+                    if let Some(member) = self.member(leader) {
+                        member.log.set_sync_delay(LOG_SYNC_DELAY);
+                    }
+                    self.crashed.remove(&leader);
+                    sim.bounce(host(leader));
+                    description.push_str(&format!(" (stopped {reached:?}, member {leader} started again)"));
                 }
             }
             Fault::RestartAll => {

@@ -66,6 +66,8 @@ fn appends_acknowledged_before_sync_are_caught() {
 
 #[test]
 fn entries_applied_before_the_leaders_background_sync_are_caught() {
+    // Mostly by the slow leader disk: a crash at a random moment rarely
+    // falls between a leader's apply and its sync.
     caught(InjectedBug::CommitBeforeLeaderSync, FaultMix::Crashes);
 }
 

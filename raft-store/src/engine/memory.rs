@@ -30,14 +30,15 @@ struct State {
     snapshot: Option<(Vec<u8>, Option<Vec<u8>>)>,
     /// A full volume: every write fails, reads still work.
     full: bool,
+    /// [`Engine::modelled_sync_delay`]: in the shared state, so a
+    /// simulation can slow one member's disk while it runs.
+    sync_delay: std::time::Duration,
 }
 
 /// Cloning shares the same storage, the way two opens of one directory would.
 #[derive(Clone, Default)]
 pub struct MemoryEngine {
     state: Arc<Mutex<State>>,
-    /// [`Engine::modelled_sync_delay`].
-    sync_delay: std::time::Duration,
 }
 
 impl std::fmt::Debug for MemoryEngine {
@@ -59,9 +60,15 @@ impl MemoryEngine {
 
     /// Models a disk whose syncs take `delay`: a background sync of the
     /// log waits that long (in the runtime's time) before it syncs.
-    pub fn with_sync_delay(mut self, delay: std::time::Duration) -> Self {
-        self.sync_delay = delay;
+    pub fn with_sync_delay(self, delay: std::time::Duration) -> Self {
+        self.set_sync_delay(delay);
         self
+    }
+
+    /// Changes how long each background sync of the log waits from the
+    /// next one on, as a disk that turns slow (or recovers) does.
+    pub fn set_sync_delay(&self, delay: std::time::Duration) {
+        self.lock().sync_delay = delay;
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -73,7 +80,12 @@ impl MemoryEngine {
 
     /// Simulates a lost disk: everything, synced or not, is gone.
     pub fn wipe(&self) {
-        *self.lock() = State::default();
+        let mut state = self.lock();
+        // A new disk of the same kind: it syncs as fast as the old one.
+        *state = State {
+            sync_delay: state.sync_delay,
+            ..State::default()
+        };
     }
 
     /// Simulates a crash: buffered writes since the last sync are lost.
@@ -148,7 +160,7 @@ impl Engine for MemoryEngine {
     }
 
     fn modelled_sync_delay(&self) -> std::time::Duration {
-        self.sync_delay
+        self.lock().sync_delay
     }
 
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
