@@ -591,6 +591,11 @@ pub trait LodeService {
     async fn backup_read(backup: u64, offset: u64, length: u32) -> Result<ByteBuf, LodeError>;
     /// Admin: removes an open backup's image.
     async fn backup_end(backup: u64) -> Result<(), LodeError>;
+    /// From a follower of cluster `cluster` serving a linearizable read: the
+    /// leader's read index (its commit index, once a quorum round that began
+    /// after this call confirmed its leadership). The follower serves the
+    /// read once it has applied that far. Served on the peer port only.
+    async fn read_index(cluster: ClusterId) -> Result<u64, LodeError>;
 }
 
 /// The service's client over one `rpc` connection.

@@ -14,6 +14,7 @@ pub mod cluster_identity;
 pub mod config;
 pub mod convert;
 pub mod embedded;
+pub mod follower_reads;
 pub mod handoff;
 pub mod http;
 pub mod leadership;

@@ -46,6 +46,14 @@ pub struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadRouteLabels {
+    /// leader (this member led), follower (served here once applied as
+    /// far as the leader's read index) or forwarded (sent to the leader
+    /// whole).
+    pub route: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FollowerLabels {
     pub follower: String,
 }
@@ -117,6 +125,7 @@ pub struct Metrics {
     pub requests_in_flight: Family<PortLabels, Gauge>,
     pub connections_open: Family<PortLabels, Gauge>,
     pub kv_connect_requests: Family<CallLabels, Counter>,
+    pub linearizable_reads: Family<ReadRouteLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -166,6 +175,7 @@ impl Metrics {
             requests_in_flight: Family::default(),
             connections_open: Family::default(),
             kv_connect_requests: Family::default(),
+            linearizable_reads: Family::default(),
         };
         metrics.register();
         metrics
@@ -363,6 +373,16 @@ impl Metrics {
             "KV Connect requests received, by call",
             self.kv_connect_requests.clone(),
         );
+        registry.register(
+            "linearizable_reads",
+            "Linearizable reads this member took, by route",
+            self.linearizable_reads.clone(),
+        );
+    }
+
+    /// Counts a linearizable read that took `route` (`ReadRouteLabels`).
+    pub fn count_linearizable_read(&self, route: &'static str) {
+        self.linearizable_reads.get_or_create(&ReadRouteLabels { route }).inc();
     }
 
     /// Records one call's latency and outcome.

@@ -243,6 +243,7 @@ impl Node {
             raft: raft.clone(),
             reader,
             read_index,
+            follower_reads: Default::default(),
             proposer: Proposer::start(
                 raft.clone(),
                 Retention {

@@ -15,6 +15,7 @@ use lode_client::protocol::{
     StateEventFilter, WriteRequest, WriteResponse,
 };
 use lode_client::LodeError;
+use lode_raft_store::injected_bugs::{self, InjectedBug};
 use lode_raft_store::{Member, TypeConfig};
 use openraft::{ChangeMembers, ServerState};
 use serde::de::DeserializeOwned;
@@ -24,6 +25,7 @@ use tracing::Instrument;
 
 use crate::auth::{Allowed, CallerSlot};
 use crate::convert;
+use crate::follower_reads::{FollowerIndex, FollowerReads, FOLLOWER_READ_LAG_ENTRIES_MAX};
 use crate::leadership::Leader;
 use crate::shared::{voter_ids, Shared};
 
@@ -139,6 +141,44 @@ impl NodeService {
             Err(CallFailure::Dial(_)) => Err(LodeError::NotLeader { hint: leader.hint() }),
             Err(failure) => Err(failure.into_error(address)),
         }
+    }
+
+    /// A linearizable read on a follower, served here once this member has
+    /// applied as far as the leader's read index (`follower_reads.rs`). A
+    /// follower far behind (catching up, by snapshot perhaps) sends the
+    /// read to the leader whole instead of holding it until it caught up.
+    async fn read_on_follower(&self, leader: Leader, request: ReadRequest) -> Result<ReadResponse, LodeError> {
+        let read_index = match FollowerReads::index(&self.shared, &leader).await? {
+            FollowerIndex::Applied(read_index)
+                if read_index.saturating_sub(self.shared.reader.applied_index()) <= FOLLOWER_READ_LAG_ENTRIES_MAX =>
+            {
+                read_index
+            }
+            FollowerIndex::Applied(_) | FollowerIndex::Whole => {
+                self.shared.metrics.count_linearizable_read("forwarded");
+                return self
+                    .on_leader(
+                        request,
+                        |client, context, request| async move { client.read(context, request).await },
+                        |request| async move { self.read_as_leader(&request).await },
+                    )
+                    .await;
+            }
+        };
+        self.shared.metrics.count_linearizable_read("follower");
+        if !injected_bugs::enabled(InjectedBug::FollowerReadBeforeApply) {
+            self.wait_applied(read_index).await?;
+        }
+        self.read_local(&request)
+    }
+
+    /// A linearizable read on the leader: served once a quorum round that
+    /// began after it confirmed the leadership (`reads.rs`).
+    async fn read_as_leader(&self, request: &ReadRequest) -> Result<ReadResponse, LodeError> {
+        self.shared.metrics.count_linearizable_read("leader");
+        let read_index = self.shared.read_index.read_index().await?;
+        self.wait_applied(read_index).await?;
+        self.read_local(request)
     }
 
     async fn write_on_leader(
@@ -451,18 +491,11 @@ impl NodeService {
                 self.wait_applied(position).await?;
                 self.read_local(&request)
             }
-            Consistency::Linearizable => {
-                self.on_leader(
-                    request,
-                    |client, context, request| async move { client.read(context, request).await },
-                    |request| async move {
-                        let read_index = self.shared.read_index.read_index().await?;
-                        self.wait_applied(read_index).await?;
-                        self.read_local(&request)
-                    },
-                )
-                .await
-            }
+            Consistency::Linearizable => match crate::leadership::leader_elsewhere(&self.shared.raft, self.shared.id) {
+                None => self.read_as_leader(&request).await,
+                // Boxed, as forwarding is (`on_leader`).
+                Some(leader) => Box::pin(self.read_on_follower(leader, request)).await,
+            },
         }
     }
 
@@ -1174,6 +1207,16 @@ impl LodeService for NodeService {
         }
         self.shared.cluster.check(cluster)?;
         crate::handoff::campaign(&self.shared).await
+    }
+
+    async fn read_index(self, _: Context, cluster: ClusterId) -> Result<u64, LodeError> {
+        if self.port != Port::Peer {
+            return Err(LodeError::Invalid(
+                "the read_index call is served on the peer port only".to_owned(),
+            ));
+        }
+        self.shared.cluster.check(cluster)?;
+        self.shared.read_index.read_index().await
     }
 
     async fn admit(self, _: Context, cluster: ClusterId) -> Result<(), LodeError> {

@@ -21,6 +21,8 @@ pub struct Shared {
     pub raft: Raft<TypeConfig>,
     pub reader: StateReader<SelectedEngine>,
     pub read_index: ReadIndex,
+    /// Linearizable reads served on this member while it follows.
+    pub follower_reads: crate::follower_reads::FollowerReads,
     pub proposer: Proposer,
     pub peers: PeerConnections,
     pub config: NodeConfig,

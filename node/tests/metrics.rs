@@ -190,3 +190,40 @@ async fn a_snapshot_sent_to_a_new_member_shows_on_the_leader() {
         "{received:?}"
     );
 }
+
+/// The value of the one series `name{labels}` a scrape holds, if any.
+fn series_value(body: &str, name_and_labels: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|line| line.strip_prefix(name_and_labels)?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_serves_linearizable_reads_itself_after_the_leaders_read_index() {
+    let cluster = TestCluster::start_with_http(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let writer = cluster.client_of(leader).kv("config");
+    let reader = cluster.client_of(follower).kv("config");
+    // Each read begins after its write was acknowledged by the leader, so
+    // a follower that served one from an index asked earlier, or before
+    // it applied that far, would answer the round before.
+    for round in 0..50 {
+        let value = format!("round-{round}");
+        let version = writer.set("shared").bytes(&value).send().await.expect("write");
+        let entry = reader.get_entry("shared").await.expect("read").expect("entry");
+        assert_eq!((entry.value, entry.version), (value.into_bytes(), version));
+    }
+    let scrape = |id: u64| {
+        let address = cluster.kv_connect_url(id).trim_start_matches("http://").to_owned();
+        support::get(&address, "/metrics", None).1
+    };
+    let on_follower = scrape(follower);
+    let routes = |body: &str, route: &str| {
+        series_value(body, &format!("lode_linearizable_reads_total{{route=\"{route}\"}}")).unwrap_or(0.0)
+    };
+    assert!(routes(&on_follower, "follower") >= 50.0, "{on_follower}");
+    assert_eq!(routes(&on_follower, "forwarded"), 0.0, "{on_follower}");
+    // The leader answered read indexes only: it served no read itself.
+    let on_leader = scrape(leader);
+    assert_eq!(routes(&on_leader, "leader"), 0.0, "{on_leader}");
+}

@@ -52,6 +52,57 @@ async fn raft_call(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_index_is_given_on_the_peer_port_to_the_cluster_only() {
+    let cluster = TestCluster::start(3, 10_000);
+    let leader = cluster.wait_for_leader().await;
+    let id = cluster_id(&cluster);
+    let written = cluster
+        .client()
+        .kv("config")
+        .set("indexed")
+        .bytes("value")
+        .send()
+        .await
+        .expect("write");
+    let ask = |address: String, cluster: ClusterId| async move {
+        let client = dial(&address, &Transport::Plain).await.expect("dial");
+        tokio::time::timeout(Duration::from_secs(10), client.read_index(context(), cluster))
+            .await
+            .expect("an answer in 10 s")
+            .expect("the call is answered")
+    };
+    let member = &cluster.members[&leader];
+    let index = ask(member.peer_address.clone(), id).await.expect("a read index");
+    assert!(
+        index >= written,
+        "read index {index} is behind the acknowledged write at {written}"
+    );
+    let refused = ask(member.address.clone(), id)
+        .await
+        .expect_err("the client port gave a read index");
+    assert!(refused.to_string().contains("peer port only"), "{refused}");
+    let stranger = ask(member.peer_address.clone(), ClusterId(id.0 ^ 1))
+        .await
+        .expect_err("another cluster was given a read index");
+    assert!(stranger.to_string().contains("not this member's cluster"), "{stranger}");
+    // A follower that is asked is no leader, and says which member is.
+    let follower = cluster
+        .members
+        .keys()
+        .copied()
+        .find(|other| *other != leader)
+        .expect("a follower");
+    let elsewhere = ask(cluster.members[&follower].peer_address.clone(), id)
+        .await
+        .expect_err("a follower gave a read index");
+    assert!(
+        matches!(elsewhere, lode_client::LodeError::NotLeader { .. }),
+        "{elsewhere}"
+    );
+    cluster.assert_no_errors();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_peer_port_takes_only_certificates_of_the_cluster_ca() {
     let cluster = TestCluster::start_with_tls(3, 10_000);
     let leader = cluster.wait_for_leader().await;

@@ -49,10 +49,17 @@ pub enum InjectedBug {
     /// new entries under the log ids of ones a crash took from it but a
     /// follower holds.
     ResumeLeadingAfterRestart,
+    /// A follower serves a linearizable read from its own state as soon as
+    /// the leader answers a read index, without waiting to apply that far.
+    FollowerReadBeforeApply,
+    /// A follower's read arriving while a read-index call to the leader is
+    /// under way is given the index of the call before, which was asked
+    /// before the read began and may miss a write acknowledged since.
+    FollowerReadReusesIndex,
 }
 
 impl InjectedBug {
-    pub const ALL: [InjectedBug; 9] = [
+    pub const ALL: [InjectedBug; 11] = [
         InjectedBug::StaleLeaderReads,
         InjectedBug::AcknowledgeBeforeSync,
         InjectedBug::SkipDedup,
@@ -62,6 +69,8 @@ impl InjectedBug {
         InjectedBug::IgnoreGrantsRevision,
         InjectedBug::CommitBeforeLeaderSync,
         InjectedBug::ResumeLeadingAfterRestart,
+        InjectedBug::FollowerReadBeforeApply,
+        InjectedBug::FollowerReadReusesIndex,
     ];
 
     fn bit(self) -> u16 {
@@ -75,6 +84,8 @@ impl InjectedBug {
             InjectedBug::IgnoreGrantsRevision => 64,
             InjectedBug::CommitBeforeLeaderSync => 128,
             InjectedBug::ResumeLeadingAfterRestart => 256,
+            InjectedBug::FollowerReadBeforeApply => 512,
+            InjectedBug::FollowerReadReusesIndex => 1024,
         }
     }
 }

@@ -106,3 +106,13 @@ fn a_copy_checked_on_its_source_only_is_caught() {
 fn apply_ignoring_the_grants_revision_is_caught() {
     caught(InjectedBug::IgnoreGrantsRevision, FaultMix::Network);
 }
+
+#[test]
+fn a_follower_reading_before_it_applied_the_read_index_is_caught() {
+    caught(InjectedBug::FollowerReadBeforeApply, FaultMix::Network);
+}
+
+#[test]
+fn a_follower_read_given_an_index_asked_before_it_began_is_caught() {
+    caught(InjectedBug::FollowerReadReusesIndex, FaultMix::Network);
+}
