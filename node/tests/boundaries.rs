@@ -560,9 +560,20 @@ async fn the_bench_runs_deno_kv_and_state_workloads_over_http() {
     );
     assert!(cpu["members"].as_f64().is_some_and(|micros| micros > 0.0), "{result}");
     assert!(cpu["bench"].as_f64().is_some_and(|micros| micros >= 0.0), "{result}");
+    // An https:// port needs the cluster's CA (the TLS test scrapes one).
     let output = measured("https://127.0.0.1:1");
     assert!(!output.status.success(), "{output:?}");
-    assert!(String::from_utf8_lossy(&output.stderr).contains("--cpu-of must name http://"));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("--cpu-of https://127.0.0.1:1 is https: give the cluster's CA with --tls-ca"),
+        "{output:?}"
+    );
+    let output = measured("127.0.0.1:1");
+    assert!(!output.status.success(), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--cpu-of must name http:// or https:// URLs"),
+        "{output:?}"
+    );
     let output = measured(&format!("http://127.0.0.1:{}", support::free_port()));
     assert!(!output.status.success(), "{output:?}");
     assert!(
@@ -601,7 +612,8 @@ async fn the_bench_runs_deno_kv_and_state_workloads_over_http() {
 }
 
 /// Over TLS the bench's KV Connect client dials the member's `https://`
-/// HTTP port trusting the cluster's CA; without the CA it is refused,
+/// HTTP port trusting the cluster's CA, and `--cpu-of` scrapes the
+/// members' `https://` ports the same way; without the CA it is refused,
 /// naming the flag that is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bench_runs_deno_kv_workloads_over_tls() {
@@ -634,11 +646,21 @@ async fn the_bench_runs_deno_kv_workloads_over_tls() {
         arguments.extend_from_slice(tls);
         lode(&arguments, &cluster.endpoints().join(","))
     };
-    let output = bench(&["--tls-ca", ca]);
+    let cpu_of = [url.clone(), cluster.kv_connect_url(leader)].join(",");
+    let output = bench(&["--tls-ca", ca, "--cpu-of", &cpu_of]);
     assert!(output.status.success(), "{output:?}");
     let result: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
     assert_eq!(result["errors"], 0, "{result}");
     assert_eq!(result["ops"], 100, "{result}");
+    // Each member's share is whole clock ticks, so it may read 0 after a
+    // hundred requests; both members are read and reported.
+    let cpu = &result["cpu_us_per_request"];
+    assert_eq!(
+        cpu["by_member"].as_object().map(|members| members.len()),
+        Some(2),
+        "{result}"
+    );
+    assert!(cpu["members"].as_f64().is_some_and(|micros| micros >= 0.0), "{result}");
     let output = bench(&[]);
     assert!(!output.status.success(), "{output:?}");
     let message = String::from_utf8_lossy(&output.stderr);

@@ -112,7 +112,8 @@ pub struct BenchArguments {
         hide_env_values = true
     )]
     pub http_token: Option<String>,
-    /// Members' HTTP ports, `http://host:port,...`: their CPU time
+    /// Members' HTTP ports, `http://host:port,...` (`https://` with
+    /// --tls-ca): their CPU time
     /// (`process_cpu_seconds_total`) is read before and after the run, and
     /// the CPU each request cost them, and the bench, is reported.
     #[arg(long, value_delimiter = ',')]
@@ -239,9 +240,9 @@ async fn read_cpu(arguments: &BenchArguments) -> Result<Option<bench_cpu::CpuRea
     if arguments.cpu_of.is_empty() {
         return Ok(None);
     }
-    Ok(Some(
-        bench_cpu::read(&arguments.cpu_of, arguments.cpu_of_token.as_deref()).await?,
-    ))
+    let tls = arguments.endpoints.tls()?;
+    let token = arguments.cpu_of_token.as_deref();
+    Ok(Some(bench_cpu::read(&arguments.cpu_of, token, tls.as_ref()).await?))
 }
 
 /// Refuses arguments the bench cannot run with, naming the flag.

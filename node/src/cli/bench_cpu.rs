@@ -6,9 +6,9 @@
 //! builds compare better by it.
 
 use anyhow::{anyhow, Context};
-use bytes::Bytes;
-use http_body_util::Empty;
-use hyper::header::{AUTHORIZATION, HOST, USER_AGENT};
+use lode_client::tls::ClientTls;
+
+use super::bench_http::HttpConnection;
 
 /// Most bytes of a `/metrics` answer read: a member's is tens of KiB.
 const METRICS_BYTES_MAX: usize = 4 << 20;
@@ -31,12 +31,13 @@ pub struct CpuPerRequest {
     pub bench: Option<f64>,
 }
 
-/// Reads the CPU seconds of every member in `urls` (`http://host:port`,
-/// their HTTP ports) and of this process.
-pub async fn read(urls: &[String], token: Option<&str>) -> Result<CpuReading, anyhow::Error> {
+/// Reads the CPU seconds of every member in `urls` (their HTTP ports,
+/// `http://host:port`, or `https://` trusting `tls`'s CA) and of this
+/// process.
+pub async fn read(urls: &[String], token: Option<&str>, tls: Option<&ClientTls>) -> Result<CpuReading, anyhow::Error> {
     let mut members = Vec::with_capacity(urls.len());
     for url in urls {
-        members.push((url.clone(), member_cpu_seconds(url, token).await?));
+        members.push((url.clone(), member_cpu_seconds(url, token, tls).await?));
     }
     let bench = lode_node::process_metrics::process_cpu_seconds();
     Ok(CpuReading { members, bench })
@@ -61,30 +62,18 @@ impl CpuReading {
 }
 
 /// One member's `process_cpu_seconds_total`.
-async fn member_cpu_seconds(url: &str, token: Option<&str>) -> Result<f64, anyhow::Error> {
-    let authority = url
-        .strip_prefix("http://")
-        .ok_or_else(|| anyhow!("--cpu-of must name http:// URLs (the bench speaks no TLS), not {url}"))?
-        .trim_end_matches('/');
-    let body = get_metrics(authority, token)
+async fn member_cpu_seconds(url: &str, token: Option<&str>, tls: Option<&ClientTls>) -> Result<f64, anyhow::Error> {
+    let scraped = async {
+        let mut connection = HttpConnection::connect(url, "--cpu-of", token, tls).await?;
+        connection
+            .get("/metrics", ("metrics_bytes_max", METRICS_BYTES_MAX))
+            .await
+    };
+    let body = scraped
         .await
         .with_context(|| format!("scraping {url}/metrics for --cpu-of"))?;
     let text = std::str::from_utf8(&body).context("the metrics are not UTF-8")?;
     cpu_seconds_in(text).ok_or_else(|| anyhow!("{url}/metrics has no {CPU_SERIES} (a member without /proc?)"))
-}
-
-async fn get_metrics(authority: &str, token: Option<&str>) -> Result<Bytes, anyhow::Error> {
-    let stream = tokio::net::TcpStream::connect(authority).await?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    tokio::spawn(connection);
-    let mut request = hyper::Request::get("/metrics")
-        .header(HOST, authority)
-        .header(USER_AGENT, concat!("lode-bench/", env!("CARGO_PKG_VERSION")));
-    if let Some(token) = token {
-        request = request.header(AUTHORIZATION, format!("Bearer {token}"));
-    }
-    let response = sender.send_request(request.body(Empty::<Bytes>::new())?).await?;
-    super::helpers::read_answer(response, "/metrics", ("metrics_bytes_max", METRICS_BYTES_MAX)).await
 }
 
 /// The value of the CPU series in a metrics text.

@@ -20,19 +20,25 @@ pub const BENCH_RESPONSE_BYTES_MAX: usize = 1 << 20;
 pub struct HttpConnection {
     sender: SendRequest<Full<Bytes>>,
     authority: String,
-    /// `Bearer <token>`, which every request carries.
-    authorization: String,
+    /// `Bearer <token>`, which every request carries, when there is one.
+    authorization: Option<String>,
 }
 
 impl HttpConnection {
     /// Connects to `url` (`http://host:port`, or `https://host:port`
-    /// trusting `tls`'s CA), sending `token` with every request.
-    pub async fn connect(url: &str, token: &str, tls: Option<&ClientTls>) -> Result<Self, anyhow::Error> {
+    /// trusting `tls`'s CA), sending `token` with every request; `flag`
+    /// is the option that named `url`, for the errors.
+    pub async fn connect(
+        url: &str,
+        flag: &str,
+        token: Option<&str>,
+        tls: Option<&ClientTls>,
+    ) -> Result<Self, anyhow::Error> {
         let (authority, tls) = match (url.split_once("://"), tls) {
             (Some(("http", authority)), _) => (authority, None),
             (Some(("https", authority)), Some(tls)) => (authority, Some(tls)),
-            (Some(("https", _)), None) => bail!("--http {url} is https: give the cluster's CA with --tls-ca"),
-            _ => bail!("--http must be an http:// or https:// URL, not {url}"),
+            (Some(("https", _)), None) => bail!("{flag} {url} is https: give the cluster's CA with --tls-ca"),
+            _ => bail!("{flag} must name http:// or https:// URLs, not {url}"),
         };
         let authority = authority.trim_end_matches('/').to_owned();
         let stream = tokio::net::TcpStream::connect(&authority)
@@ -51,14 +57,21 @@ impl HttpConnection {
         Ok(Self {
             sender,
             authority,
-            authorization: format!("Bearer {token}"),
+            authorization: token.map(|token| format!("Bearer {token}")),
         })
     }
 
     /// From now on, requests carry `token` (KV Connect's session token
     /// replaces the access token after the metadata exchange).
     pub fn use_token(&mut self, token: &str) {
-        self.authorization = format!("Bearer {token}");
+        self.authorization = Some(format!("Bearer {token}"));
+    }
+
+    /// One GET; an answer other than 2xx is an error carrying the
+    /// server's text, and a body over `limit` (its name and bytes) too.
+    pub async fn get(&mut self, path: &str, limit: (&str, usize)) -> Result<Bytes, anyhow::Error> {
+        let request = self.request(hyper::Request::get(path)).body(Full::new(Bytes::new()))?;
+        self.send(request, path, limit).await
     }
 
     /// One POST with `headers` besides the usual ones; an answer other
@@ -70,17 +83,36 @@ impl HttpConnection {
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> Result<Bytes, anyhow::Error> {
-        let mut request = hyper::Request::post(path)
-            .header(HOST, &self.authority)
-            .header(AUTHORIZATION, &self.authorization)
-            .header(CONTENT_TYPE, content_type)
-            .header(USER_AGENT, concat!("lode-bench/", env!("CARGO_PKG_VERSION")));
+        let mut request = self
+            .request(hyper::Request::post(path))
+            .header(CONTENT_TYPE, content_type);
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
         let request = request.body(Full::new(Bytes::from(body)))?;
+        self.send(request, path, ("bench_response_bytes_max", BENCH_RESPONSE_BYTES_MAX))
+            .await
+    }
+
+    /// `request` with the headers every request carries.
+    fn request(&self, request: hyper::http::request::Builder) -> hyper::http::request::Builder {
+        let request = request
+            .header(HOST, &self.authority)
+            .header(USER_AGENT, concat!("lode-bench/", env!("CARGO_PKG_VERSION")));
+        match &self.authorization {
+            Some(authorization) => request.header(AUTHORIZATION, authorization),
+            None => request,
+        }
+    }
+
+    async fn send(
+        &mut self,
+        request: hyper::Request<Full<Bytes>>,
+        path: &str,
+        limit: (&str, usize),
+    ) -> Result<Bytes, anyhow::Error> {
         self.sender.ready().await?;
         let response = self.sender.send_request(request).await?;
-        super::helpers::read_answer(response, path, ("bench_response_bytes_max", BENCH_RESPONSE_BYTES_MAX)).await
+        super::helpers::read_answer(response, path, limit).await
     }
 }

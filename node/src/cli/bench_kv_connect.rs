@@ -47,7 +47,7 @@ impl KvConnect {
     /// member's HTTP port; over TLS it trusts `tls`'s CA) and exchanges
     /// metadata with `access_token`.
     pub async fn connect(url: &str, access_token: &str, tls: Option<&ClientTls>) -> Result<Self, anyhow::Error> {
-        let mut connection = HttpConnection::connect(url, access_token, tls).await?;
+        let mut connection = HttpConnection::connect(url, "--http", Some(access_token), tls).await?;
         let request = br#"{"supportedVersions":[1,2,3]}"#.to_vec();
         let body = connection.post("/", "application/json", &[], request).await?;
         let metadata: Metadata = serde_json::from_slice(&body).context("reading the metadata exchange's answer")?;

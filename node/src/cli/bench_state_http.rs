@@ -21,7 +21,7 @@ impl StateHttp {
     /// Connects to `url` (a member's HTTP port) with the bearer `token`.
     pub async fn connect(url: &str, token: &str, tls: Option<&ClientTls>) -> Result<Self, anyhow::Error> {
         Ok(Self {
-            connection: HttpConnection::connect(url, token, tls).await?,
+            connection: HttpConnection::connect(url, "--http", Some(token), tls).await?,
         })
     }
 
