@@ -611,6 +611,80 @@ async fn the_bench_runs_deno_kv_and_state_workloads_over_http() {
     cluster.assert_no_errors();
 }
 
+/// The linearizable reads each member took on its client port, from its
+/// `/metrics`: the `read` calls of the KV API.
+fn client_reads(cluster: &TestCluster, id: u64) -> f64 {
+    let address = cluster.kv_connect_url(id).trim_start_matches("http://").to_owned();
+    let (_, body) = support::get(&address, "/metrics", None);
+    body.lines()
+        .filter(|line| {
+            line.starts_with("lode_request_duration_seconds_count{")
+                && line.contains("api=\"kv\"")
+                && line.contains("call=\"read\"")
+                && line.contains("port=\"client\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `--spread` starts the bench's connections at different members, so
+/// that every member serves some of the reads; without it they all start
+/// at the first endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_spreads_its_connections_over_the_members_when_asked() {
+    let cluster = TestCluster::start_with_http(3, 10_000);
+    cluster.wait_for_leader().await;
+    let endpoints = cluster.endpoints().join(",");
+    let ids: Vec<u64> = cluster.members.keys().copied().collect();
+    let bench = |spread: bool| {
+        let mut arguments = vec![
+            "bench",
+            "--workload",
+            "get",
+            "--clients",
+            "6",
+            "--keys",
+            "20",
+            "--duration",
+            "5s",
+            "--requests-max",
+            "300",
+            "--json",
+            "--quiet",
+        ];
+        if spread {
+            arguments.push("--spread");
+        }
+        let output = lode(&arguments, &endpoints);
+        assert!(output.status.success(), "{output:?}");
+        let result: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
+        assert_eq!(
+            (result["errors"].as_u64(), result["spread"].as_bool()),
+            (Some(0), Some(spread)),
+            "{result}"
+        );
+    };
+    let reads = || ids.iter().map(|id| client_reads(&cluster, *id)).collect::<Vec<f64>>();
+    bench(false);
+    let together = reads();
+    assert_eq!(
+        together.iter().filter(|reads| **reads > 0.0).count(),
+        1,
+        "without --spread every connection starts at the first endpoint: {together:?}"
+    );
+    bench(true);
+    let spread: Vec<f64> = reads()
+        .iter()
+        .zip(&together)
+        .map(|(after, before)| after - before)
+        .collect();
+    assert!(
+        spread.iter().all(|reads| *reads >= 20.0),
+        "with --spread every member serves some of the reads: {spread:?}"
+    );
+    cluster.assert_no_errors();
+}
+
 /// Over TLS the bench's KV Connect client dials the member's `https://`
 /// HTTP port trusting the cluster's CA, and `--cpu-of` scrapes the
 /// members' `https://` ports the same way; without the CA it is refused,

@@ -77,6 +77,11 @@ pub struct BenchArguments {
     /// benchmark tools share a few connections among many clients too.
     #[arg(long)]
     pub connections: Option<usize>,
+    /// Spread the connections over the endpoints: the n-th starts at the
+    /// n-th member instead of all at the first (a follower serves
+    /// linearizable reads itself and forwards writes to the leader).
+    #[arg(long)]
+    pub spread: bool,
     /// How long to run, e.g. `20s`, `500ms`, `2m`.
     #[arg(long, default_value = "20s", value_parser = super::helpers::parse_duration)]
     pub duration: Duration,
@@ -197,7 +202,10 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     let deadline = started + arguments.duration;
     let connections = arguments.connections();
     let clients = (0..connections)
-        .map(|_| arguments.endpoints.client())
+        .map(|connection| {
+            let first = if arguments.spread { connection } else { 0 };
+            arguments.endpoints.client_starting_at(first)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     // The CA files are read once, not once per session.
     let tls = arguments.endpoints.tls()?;
@@ -415,6 +423,7 @@ fn print_result(
             "workload": format!("{:?}", arguments.workload),
             "clients": arguments.clients,
             "connections": arguments.connections(),
+            "spread": arguments.spread,
             "value_bytes": arguments.value_bytes,
             "keys": arguments.keys,
             "duration_s": elapsed,
@@ -445,10 +454,11 @@ fn print_result(
         return;
     }
     println!(
-        "workload={:?} clients={} connections={} value_bytes={} keys={} duration={elapsed:.1}s",
+        "workload={:?} clients={} connections={} spread={} value_bytes={} keys={} duration={elapsed:.1}s",
         arguments.workload,
         arguments.clients,
         arguments.connections(),
+        arguments.spread,
         arguments.value_bytes,
         arguments.keys
     );

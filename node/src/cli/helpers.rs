@@ -57,6 +57,16 @@ impl Endpoints {
     }
 
     pub fn client(&self) -> Result<Client, LodeError> {
+        self.client_starting_at(0)
+    }
+
+    /// A client that tries the endpoints from the `first`-th (modulo
+    /// their number) on, so that clients made with different `first`
+    /// start at different members.
+    pub fn client_starting_at(&self, first: usize) -> Result<Client, LodeError> {
+        let mut endpoints: Vec<&str> = self.endpoints.split(',').collect();
+        let count = endpoints.len();
+        endpoints.rotate_left(first % count.max(1));
         let tls = self.tls()?;
         let token = match &self.token_file {
             Some(path) => Some(lode_client::protocol::AccessToken(
@@ -69,7 +79,7 @@ impl Endpoints {
             token,
             ..ClientOptions::default()
         };
-        Client::with_options(self.endpoints.split(','), options)
+        Client::with_options(endpoints, options)
     }
 }
 
