@@ -561,7 +561,7 @@ impl Driver {
             sim.repair(crashing.as_str(), other.as_str());
         }
         self.restore_partitions(sim);
-        if let Some(member) = self.members.iter().find(|member| member.id == id) {
+        if let Some(member) = self.member(id) {
             member.exited.set(false);
             *member.running.borrow_mut() = None;
             member.log.crash();
@@ -645,7 +645,7 @@ impl Driver {
     }
 
     fn fill_volume(&self, id: u64) {
-        if let Some(member) = self.members.iter().find(|member| member.id == id) {
+        if let Some(member) = self.member(id) {
             member.log.set_full(true);
             member.state.set_full(true);
         }
@@ -690,7 +690,7 @@ impl Driver {
             Fault::Wipe { id } => {
                 self.crash(sim, id);
                 if self.wipe_keeps_quorum(id) {
-                    if let Some(member) = self.members.iter().find(|member| member.id == id) {
+                    if let Some(member) = self.member(id) {
                         member.log.wipe();
                         member.state.wipe();
                     }

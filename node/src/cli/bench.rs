@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use lode_client::tls::ClientTls;
-use lode_client::Bounds;
+use lode_client::{Bounds, Client};
 
 use super::bench_cpu;
 use super::bench_kv_connect::KvConnect;
@@ -201,14 +201,15 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     let started = tokio::time::Instant::now();
     let deadline = started + arguments.duration;
     let connections = arguments.connections();
+    // The CA and token files are read once, not once per connection.
+    let options = arguments.endpoints.client_options()?;
+    let tls = options.tls.clone();
     let clients = (0..connections)
         .map(|connection| {
             let first = if arguments.spread { connection } else { 0 };
-            arguments.endpoints.client_starting_at(first)
+            Client::with_options(arguments.endpoints.starting_at(first), options.clone())
         })
         .collect::<Result<Vec<_>, _>>()?;
-    // The CA files are read once, not once per session.
-    let tls = arguments.endpoints.tls()?;
     let mut workers = Vec::new();
     for worker in 0..arguments.clients {
         let http = match arguments.workload.is_http() {
@@ -225,7 +226,7 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
         };
         workers.push(tokio::spawn(client.run(deadline)));
     }
-    let cpu_before = read_cpu(&arguments).await?;
+    let cpu_before = read_cpu(&arguments, tls.as_ref()).await?;
     let progress = (!arguments.quiet).then(|| tokio::spawn(report_progress(counters.clone(), started)));
     let mut total = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     for worker in workers {
@@ -235,7 +236,7 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     if let Some(progress) = progress {
         progress.abort();
     }
-    let cpu = match (cpu_before, read_cpu(&arguments).await?) {
+    let cpu = match (cpu_before, read_cpu(&arguments, tls.as_ref()).await?) {
         (Some(before), Some(after)) => Some(before.per_request(&after, total.len())),
         _ => None,
     };
@@ -244,13 +245,15 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
 }
 
 /// The CPU time of the `--cpu-of` members and of the bench, when asked.
-async fn read_cpu(arguments: &BenchArguments) -> Result<Option<bench_cpu::CpuReading>, anyhow::Error> {
+async fn read_cpu(
+    arguments: &BenchArguments,
+    tls: Option<&ClientTls>,
+) -> Result<Option<bench_cpu::CpuReading>, anyhow::Error> {
     if arguments.cpu_of.is_empty() {
         return Ok(None);
     }
-    let tls = arguments.endpoints.tls()?;
     let token = arguments.cpu_of_token.as_deref();
-    Ok(Some(bench_cpu::read(&arguments.cpu_of, token, tls.as_ref()).await?))
+    Ok(Some(bench_cpu::read(&arguments.cpu_of, token, tls).await?))
 }
 
 /// Refuses arguments the bench cannot run with, naming the flag.

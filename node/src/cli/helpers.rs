@@ -57,29 +57,32 @@ impl Endpoints {
     }
 
     pub fn client(&self) -> Result<Client, LodeError> {
-        self.client_starting_at(0)
+        Client::with_options(self.endpoints.split(','), self.client_options()?)
     }
 
-    /// A client that tries the endpoints from the `first`-th (modulo
-    /// their number) on, so that clients made with different `first`
-    /// start at different members.
-    pub fn client_starting_at(&self, first: usize) -> Result<Client, LodeError> {
-        let mut endpoints: Vec<&str> = self.endpoints.split(',').collect();
-        let count = endpoints.len();
-        endpoints.rotate_left(first % count.max(1));
-        let tls = self.tls()?;
+    /// The options a client of these flags takes: TLS and the token, read
+    /// from their files.
+    pub fn client_options(&self) -> Result<ClientOptions, LodeError> {
         let token = match &self.token_file {
             Some(path) => Some(lode_client::protocol::AccessToken(
                 read_token_file(path).map_err(LodeError::Invalid)?.to_text(),
             )),
             None => None,
         };
-        let options = ClientOptions {
-            tls,
+        Ok(ClientOptions {
+            tls: self.tls()?,
             token,
             ..ClientOptions::default()
-        };
-        Client::with_options(endpoints, options)
+        })
+    }
+
+    /// The endpoints from the `first`-th (modulo their number) on, so
+    /// that clients given different `first` start at different members.
+    pub fn starting_at(&self, first: usize) -> Vec<&str> {
+        let mut endpoints: Vec<&str> = self.endpoints.split(',').collect();
+        let count = endpoints.len();
+        endpoints.rotate_left(first % count.max(1));
+        endpoints
     }
 }
 
