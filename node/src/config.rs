@@ -77,6 +77,10 @@ pub struct NodeConfig {
     pub client_requests_in_flight_max: usize,
     /// Connections the peer port keeps open at once.
     pub peer_connections_max: usize,
+    /// Linearizable reads that may wait for the next read-index round, on
+    /// the leader (its quorum round) and on a follower (its call to the
+    /// leader) alike; more are refused at once as `unavailable`.
+    pub reads_waiting_max: usize,
     /// Longest TLS handshake on any port.
     pub tls_handshake_ms_max: u64,
     /// How long a connection with no call running may stay silent.
@@ -140,6 +144,7 @@ impl NodeConfig {
             client_connections_max: crate::accept::CLIENT_CONNECTIONS_MAX_DEFAULT,
             client_requests_in_flight_max: crate::accept::CLIENT_REQUESTS_IN_FLIGHT_MAX_DEFAULT,
             peer_connections_max: crate::accept::PEER_CONNECTIONS_MAX_DEFAULT,
+            reads_waiting_max: crate::reads::READS_WAITING_MAX_DEFAULT,
             tls_handshake_ms_max: crate::accept::TLS_HANDSHAKE_MS_MAX_DEFAULT,
             connection_idle_ms_max: crate::accept::CONNECTION_IDLE_MS_MAX_DEFAULT,
             clock_offset_micros: 0,

@@ -10,6 +10,9 @@
 //! read arriving during a call waits for the next one, because an index
 //! asked before the read began could miss a write acknowledged before it.
 //!
+//! The reads waiting for the next call are bounded as the leader's are
+//! (`NodeConfig::reads_waiting_max`), past which they are refused at once.
+//!
 //! A leader that does not know the call (an older version ends the
 //! connection on it) gets whole reads, as before, for the rest of its term
 //! or [`READ_INDEX_RETRY_MS`], whichever ends first: a connection that
@@ -91,6 +94,10 @@ impl FollowerReads {
                 if injected_bugs::enabled(InjectedBug::FollowerReadReusesIndex) {
                     return Ok(FollowerIndex::Applied(previous));
                 }
+            }
+            let waiting_max = shared.config.reads_waiting_max;
+            if rounds.waiting.len() >= waiting_max {
+                return Err(crate::reads::too_many_waiting(waiting_max));
             }
             rounds.waiting.push(sender);
             if !rounds.running {

@@ -235,7 +235,7 @@ impl Node {
             state_machine,
         )
         .await?;
-        let read_index = ReadIndex::start(raft.clone());
+        let read_index = ReadIndex::start(raft.clone(), config.reads_waiting_max);
         let clock = MemberClock::new(config.clock_offset_micros);
         let auth = crate::auth::AuthCache::new(reader.clone(), config.bootstrap_token.clone());
         let shared = Arc::new(Shared {

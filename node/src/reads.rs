@@ -14,8 +14,9 @@ use openraft::error::{CheckIsLeaderError, RaftError};
 use openraft::Raft;
 use tokio::sync::{mpsc, oneshot};
 
-/// Most reads waiting for a round; beyond it callers get `unavailable`.
-pub const READS_WAITING_MAX: usize = 65_536;
+/// Most reads waiting for a round unless configured otherwise
+/// (`NodeConfig::reads_waiting_max`); beyond it callers get `unavailable`.
+pub const READS_WAITING_MAX_DEFAULT: usize = 65_536;
 
 type Waiter = oneshot::Sender<Result<u64, LodeError>>;
 
@@ -23,6 +24,7 @@ type Waiter = oneshot::Sender<Result<u64, LodeError>>;
 #[derive(Clone)]
 pub struct ReadIndex {
     requests: mpsc::Sender<Waiter>,
+    waiting_max: usize,
 }
 
 /// Maps openraft's leadership errors onto the wire's error kinds.
@@ -38,6 +40,14 @@ pub fn leader_error(error: RaftError<u64, CheckIsLeaderError<u64, lode_raft_stor
         )),
         RaftError::Fatal(fatal) => LodeError::Unavailable(format!("raft stopped: {fatal}")),
     }
+}
+
+/// The refusal of a read past the waiting reads' limit, on a leader or a
+/// follower.
+pub fn too_many_waiting(waiting_max: usize) -> LodeError {
+    LodeError::Unavailable(format!(
+        "{waiting_max} linearizable reads already wait for a read-index round (reads_waiting_max = {waiting_max})"
+    ))
 }
 
 /// The injected bug's shortcut: a member that believes it leads answers
@@ -79,9 +89,11 @@ impl TermFloor {
 }
 
 impl ReadIndex {
-    /// Starts the coalescing task for `raft`.
-    pub fn start(raft: Raft<TypeConfig>) -> Self {
-        let (requests, mut receiver) = mpsc::channel::<Waiter>(READS_WAITING_MAX);
+    /// Starts the coalescing task for `raft`, with room for `waiting_max`
+    /// reads waiting for a round (at least one).
+    pub fn start(raft: Raft<TypeConfig>, waiting_max: usize) -> Self {
+        let waiting_max = waiting_max.max(1);
+        let (requests, mut receiver) = mpsc::channel::<Waiter>(waiting_max);
         tokio::spawn(async move {
             let mut term_floor = TermFloor::default();
             while let Some(first) = receiver.recv().await {
@@ -110,16 +122,16 @@ impl ReadIndex {
                 }
             }
         });
-        Self { requests }
+        Self { requests, waiting_max }
     }
 
     /// The index a linearizable read must wait for, confirmed by a quorum
     /// round that started after this call.
     pub async fn read_index(&self) -> Result<u64, LodeError> {
         let (sender, receiver) = oneshot::channel();
-        self.requests.try_send(sender).map_err(|_| {
-            LodeError::Unavailable(format!("over {READS_WAITING_MAX} reads waiting (reads_waiting_max)"))
-        })?;
+        self.requests
+            .try_send(sender)
+            .map_err(|_| too_many_waiting(self.waiting_max))?;
         receiver
             .await
             .map_err(|_| LodeError::Unavailable("the read-index task stopped".to_owned()))?

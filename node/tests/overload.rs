@@ -321,3 +321,88 @@ async fn a_burst_past_capacity_is_answered_with_backpressure_and_keeps_the_leade
     }
     cluster.assert_no_errors();
 }
+
+/// Linearizable reads waiting for a read-index round are bounded by
+/// `--reads-waiting-max` on the leader (its quorum round) and on a
+/// follower (its call to the leader). Three of five members are stopped,
+/// so no round can confirm the leadership: a burst of reads on either
+/// member is refused at once past the limit, naming it, instead of
+/// piling up; the reads within it end with the quorum's failure; and both
+/// members serve reads again once the others run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linearizable_reads_past_the_waiting_limit_are_refused_at_once() {
+    const READS_WAITING_MAX: usize = 4;
+    const BURST: usize = 200;
+    let limit = READS_WAITING_MAX.to_string();
+    let cluster = TestCluster::start_with_flags(5, 10_000, &["--reads-waiting-max", &limit]);
+    let leader = cluster.wait_for_leader().await;
+    let kv = cluster.client().kv(NAMESPACE);
+    let version = kv.set("held").bytes("before").send().await.expect("a write");
+    let followers: Vec<u64> = cluster.running().into_iter().filter(|id| *id != leader).collect();
+    let (asked, stopped) = (followers[0], &followers[1..]);
+    cluster.wait_applied(asked, version).await;
+    for id in stopped {
+        cluster.signal(*id, "STOP");
+    }
+
+    for member in [leader, asked] {
+        let connection = Arc::new(Connection::new(cluster.address_of(member), Transport::Plain));
+        let mut reads = JoinSet::new();
+        for _ in 0..BURST {
+            let connection = connection.clone();
+            reads.spawn(async move {
+                let request = ReadRequest {
+                    query: Query::Get {
+                        namespace: NAMESPACE.to_owned(),
+                        key: b"held".to_vec(),
+                    },
+                    consistency: Consistency::Linearizable,
+                };
+                let started = Instant::now();
+                let outcome = connection
+                    .call(CALL_TIMEOUT, |client, context| async move {
+                        client.read(context, request).await
+                    })
+                    .await;
+                (classify(outcome).map(|_| ()), started.elapsed())
+            });
+        }
+        let (mut refused, mut without_quorum) = (Vec::new(), 0usize);
+        while let Some(ended) = reads.join_next().await {
+            match ended.expect("a read task") {
+                (Err(Ending::Unavailable(detail)), took) if detail.contains("reads_waiting_max = 4") => {
+                    refused.push(took);
+                }
+                (Err(Ending::Unavailable(detail)), _) if detail.contains("quorum") => without_quorum += 1,
+                (other, _) => panic!("member {member}: a read ended otherwise: {:?}", other.err()),
+            }
+        }
+        refused.sort_unstable();
+        eprintln!(
+            "member {member}: {} refused (slowest {:?}), {without_quorum} failed for the quorum",
+            refused.len(),
+            refused.last()
+        );
+        // Each round holds at most the limit, and a round without a quorum
+        // lasts a heartbeat interval; the burst arrives well within a few.
+        assert!(
+            refused.len() >= BURST / 2,
+            "member {member}: {} of {BURST} refused with {READS_WAITING_MAX} allowed to wait",
+            refused.len()
+        );
+        assert!(without_quorum >= 1, "member {member}: no read was let wait");
+    }
+
+    for id in stopped {
+        cluster.signal(*id, "CONT");
+    }
+    for member in [leader, asked] {
+        let client =
+            lode_client::Client::with_options([cluster.address_of(member)], cluster.options()).expect("a client");
+        let entry = support::wait_until("a linearizable read once the quorum is back", || async {
+            client.kv(NAMESPACE).get_entry("held").await.ok().flatten()
+        })
+        .await;
+        assert_eq!(entry.value, b"before");
+    }
+}
