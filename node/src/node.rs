@@ -354,15 +354,7 @@ impl Node {
     /// Waits until Raft stops by itself (a storage failure or a bug, never
     /// a shutdown) and answers why.
     pub async fn raft_stopped(&self) -> String {
-        let mut metrics = self.shared.raft.metrics();
-        loop {
-            if let Err(fatal) = &metrics.borrow_and_update().running_state {
-                return fatal.to_string();
-            }
-            if metrics.changed().await.is_err() {
-                return "raft's metrics ended".to_owned();
-            }
-        }
+        raft_core_exited(&self.shared.raft).await
     }
 
     /// As leader, hands the leadership to a caught-up voter (bounded by
@@ -747,11 +739,11 @@ async fn settle_cluster_id(config: &NodeConfig, cluster: &ClusterIdentity) -> Re
 /// Keeps the membership's record of this member's client address equal to
 /// the one it advertises, so leader hints name it: founders start without
 /// one, and a member may move its client port across restarts. Looks
-/// again at every change of Raft's metrics, and retries failures after a
-/// pause.
+/// again at every change of Raft's server metrics (the membership among
+/// them), and retries failures after a pause.
 async fn publish_client_address(shared: Arc<Shared>) {
     let service = NodeService::background(shared.clone());
-    let mut metrics = shared.raft.metrics();
+    let mut metrics = shared.raft.server_metrics();
     loop {
         let recorded = metrics
             .borrow_and_update()
@@ -858,11 +850,11 @@ async fn bootstrap_admin(shared: Arc<Shared>) {
     let Some(token) = shared.config.bootstrap_token.clone() else {
         return;
     };
-    let mut metrics = shared.raft.metrics();
+    let mut metrics = shared.raft.server_metrics();
     loop {
         let leading = metrics.borrow_and_update().current_leader == Some(shared.id);
         if leading {
-            match shared.auth.state() {
+            let failed = match shared.auth.state() {
                 Ok(state) if state.is_enabled() => return,
                 Ok(_) => {
                     let op_id = Some(lode_raft_store::OpId(token.id));
@@ -871,11 +863,17 @@ async fn bootstrap_admin(shared: Arc<Shared>) {
                             tracing::info!("authentication is on: user root holds the bootstrap token");
                             return;
                         }
-                        Err(error) => tracing::warn!(%error, "proposing the bootstrap admin failed; trying again"),
+                        Err(error) => format!("proposing the bootstrap admin failed: {error}"),
                     }
                 }
-                Err(error) => tracing::warn!(%error, "reading the auth state failed; trying again"),
-            }
+                Err(error) => format!("reading the auth state failed: {error}"),
+            };
+            tracing::warn!(detail = failed, "turning authentication on failed; trying again");
+            // The server metrics change only with the vote, the leader or
+            // the membership: a failure while leading is retried after a
+            // pause, not at the next change of leader.
+            tokio::time::sleep(BOOTSTRAP_ADMIN_RETRY).await;
+            continue;
         }
         if metrics.changed().await.is_err() {
             return;
@@ -883,24 +881,37 @@ async fn bootstrap_admin(shared: Arc<Shared>) {
     }
 }
 
+/// The pause before a leader tries again to create the first admin.
+const BOOTSTRAP_ADMIN_RETRY: Duration = Duration::from_millis(200);
+
+/// Waits until Raft's core task has ended and answers why.
+///
+/// Waits on the server metrics, which change with the vote, the leader and
+/// the membership only, and end with the core. The full metrics change
+/// with every append, apply and follower's acknowledgement, and each
+/// change woke every waiter: the member's main thread among them, three
+/// to six thread wake-ups per write on each member for nothing.
+async fn raft_core_exited(raft: &Raft<TypeConfig>) -> String {
+    let mut server = raft.server_metrics();
+    while server.changed().await.is_ok() {}
+    // The core records why it stopped in the full metrics before it drops
+    // the server metrics' sender.
+    match &raft.metrics().borrow().running_state {
+        Err(fatal) => fatal.to_string(),
+        Ok(()) => "raft's metrics ended".to_owned(),
+    }
+}
+
 /// Logs every change of term or leader once, at info level, and a stop of
 /// Raft at error level.
 async fn report_leadership(shared: Arc<Shared>) {
-    let mut metrics = shared.raft.metrics();
+    let mut metrics = shared.raft.server_metrics();
     let mut last = (0, None);
     loop {
-        let (current, stopped) = {
+        let current = {
             let seen = metrics.borrow_and_update();
-            (
-                (seen.current_term, seen.current_leader),
-                seen.running_state.clone().err(),
-            )
+            (seen.vote.leader_id().term, seen.current_leader)
         };
-        if let Some(fatal) = stopped {
-            // Raft stops only on a storage failure or a bug: a human must look.
-            tracing::error!(error = %fatal, "raft stopped; this member no longer serves");
-            return;
-        }
         if current != last {
             if current.1 != last.1 && current.1.is_some() {
                 shared.metrics.leader_changes.inc();
@@ -913,7 +924,11 @@ async fn report_leadership(shared: Arc<Shared>) {
             last = current;
         }
         if metrics.changed().await.is_err() {
-            return;
+            break;
         }
+    }
+    if let Err(fatal) = &shared.raft.metrics().borrow().running_state {
+        // Raft stops only on a storage failure or a bug: a human must look.
+        tracing::error!(error = %fatal, "raft stopped; this member no longer serves");
     }
 }
