@@ -81,7 +81,9 @@ impl LogDurability {
     /// `first_index`; returns its sequence number for [`Self::synced_up_to`].
     pub(crate) fn written_unsynced(&self, first_index: u64) -> u64 {
         let mut sequence = 0;
-        self.progress.send_modify(|progress| {
+        // Waiters are not woken: an append makes nothing newly durable, so
+        // every one of them would only look and wait again.
+        self.progress.send_if_modified(|progress| {
             sequence = progress.next_sequence;
             progress.next_sequence += 1;
             debug_assert!(
@@ -89,6 +91,7 @@ impl LogDurability {
                 "an unsynced append at {first_index} below an earlier one"
             );
             progress.unsynced.push_back((sequence, first_index));
+            false
         });
         sequence
     }
