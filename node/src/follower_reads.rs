@@ -81,12 +81,14 @@ impl FollowerReads {
     /// The index a linearizable read on this follower must wait for, asked
     /// of the leader by a call that starts after this one.
     pub async fn index(shared: &Arc<Shared>, leader: &Leader) -> Result<FollowerIndex, LodeError> {
-        let term = shared.raft.metrics().borrow().current_term;
         let (sender, receiver) = oneshot::channel();
         {
             let mut rounds = shared.follower_reads.rounds();
+            // The term is looked up only when a refusal is on record.
             if rounds.refused.is_some_and(|(id, refused_term, until)| {
-                (id, refused_term) == (leader.id, term) && tokio::time::Instant::now() < until
+                id == leader.id
+                    && tokio::time::Instant::now() < until
+                    && refused_term == shared.raft.metrics().borrow().current_term
             }) {
                 return Ok(FollowerIndex::Whole);
             }

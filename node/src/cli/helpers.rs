@@ -57,7 +57,7 @@ impl Endpoints {
     }
 
     pub fn client(&self) -> Result<Client, LodeError> {
-        Client::with_options(self.endpoints.split(','), self.client_options()?)
+        Client::with_options(self.starting_at(0), self.client_options()?)
     }
 
     /// The options a client of these flags takes: TLS and the token, read

@@ -254,9 +254,9 @@ pub struct NodeArguments {
     /// Linearizable reads that may wait for the next read-index round
     /// (on a leader or a follower); more are refused at once as
     /// `unavailable`.
-    #[arg(long, default_value_t = lode_node::reads::READS_WAITING_MAX_DEFAULT as u64,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub reads_waiting_max: u64,
+    #[arg(long, default_value_t = lode_node::reads::READS_WAITING_MAX_DEFAULT,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub reads_waiting_max: usize,
     /// Connections the HTTP port keeps open at once; more are closed.
     #[arg(long, default_value_t = lode_node::accept::HTTP_CONNECTIONS_MAX_DEFAULT)]
     pub http_connections_max: usize,
@@ -497,7 +497,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     config.tls = tls.clone();
     config.client_connections_max = arguments.client_connections_max;
     config.client_requests_in_flight_max = arguments.client_requests_in_flight_max;
-    config.reads_waiting_max = usize::try_from(arguments.reads_waiting_max).unwrap_or(usize::MAX);
+    config.reads_waiting_max = arguments.reads_waiting_max;
     config.peer_connections_max = arguments.peer_connections_max;
     config.tls_handshake_ms_max = milliseconds(arguments.tls_handshake_timeout);
     config.connection_idle_ms_max = milliseconds(arguments.connection_idle_timeout);
