@@ -53,6 +53,9 @@ pub struct NodeConfig {
     pub membership: Membership,
     /// Applied entries between snapshots; the log before a snapshot is purged.
     pub snapshot_logs_max: u64,
+    /// Bytes appended to the log since its last purge at which this member
+    /// takes a snapshot, whatever the count of entries.
+    pub snapshot_log_bytes_max: u64,
     pub heartbeat_interval_ms: u64,
     pub election_timeout_ms_min: u64,
     /// How long at-least-position reads wait before answering `stale`.
@@ -131,6 +134,7 @@ impl NodeConfig {
             storage: Storage::Disk,
             membership,
             snapshot_logs_max: 10_000,
+            snapshot_log_bytes_max: crate::log_size_snapshots::SNAPSHOT_LOG_BYTES_MAX_DEFAULT,
             heartbeat_interval_ms: 100,
             election_timeout_ms_min: 400,
             read_wait_ms_max: 5_000,

@@ -18,6 +18,7 @@ pub mod follower_reads;
 pub mod handoff;
 pub mod http;
 pub mod leadership;
+pub mod log_size_snapshots;
 pub mod metrics;
 pub mod network;
 pub mod node;

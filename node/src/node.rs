@@ -10,6 +10,7 @@ use lode_client::in_process::InProcess;
 use lode_client::tls::Transport;
 use lode_raft_store::command::{Operation, Retention};
 use lode_raft_store::limits::SWEEP_ENTRIES_MAX;
+use lode_raft_store::log_bytes::LogBytes;
 use lode_raft_store::{LogStore, Member, RocksEngine, SelectedEngine, StateMachineStore, StateReader, TypeConfig};
 use openraft::{Config, Raft, SnapshotPolicy};
 use tokio::sync::watch;
@@ -19,6 +20,7 @@ use tracing::Instrument;
 use crate::clock::MemberClock;
 use crate::cluster_identity::{founding_cluster_id, ClusterIdentity};
 use crate::config::{Membership, NodeConfig, Storage};
+use crate::log_size_snapshots::snapshot_by_log_size;
 use crate::network::{NetworkFactory, PeerConnections};
 use crate::ports::{serve, PortServer};
 use crate::proposer::Proposer;
@@ -196,6 +198,7 @@ impl Node {
             state_engine,
             cluster,
             holds_state,
+            log_bytes,
         } = opened;
         let reader = state_machine.reader();
         let backups = crate::backup::Backups::new(state_engine.clone());
@@ -289,6 +292,7 @@ impl Node {
             tokio::spawn(publish_client_address(shared.clone()).instrument(span.clone())),
             tokio::spawn(bootstrap_admin(shared.clone()).instrument(span.clone())),
             tokio::spawn(report_leadership(shared.clone()).instrument(span.clone())),
+            tokio::spawn(snapshot_by_log_size(raft.clone(), log_bytes).instrument(span.clone())),
             tokio::spawn(
                 crate::promotion::promote_learners(shared.clone(), NodeService::background(shared.clone()))
                     .instrument(span.clone()),
@@ -390,6 +394,8 @@ struct OpenedStorage {
     state_engine: Arc<SelectedEngine>,
     cluster: Arc<ClusterIdentity>,
     holds_state: bool,
+    /// The log's bytes since its last purge, for snapshots by size.
+    log_bytes: Arc<LogBytes>,
 }
 
 /// Opens the log and the state machine, runs a forced recovery when asked,
@@ -416,9 +422,11 @@ async fn open_storage(
     let (log_engine, state_engine) = (Arc::new(log_engine), Arc::new(state_engine));
     let mut state_machine = StateMachineStore::open(state_engine.clone())?;
     let snapshot_on_disk = state_machine.snapshot_on_disk();
+    let log_bytes = Arc::new(LogBytes::new(config.snapshot_log_bytes_max));
     let mut log_store = LogStore::new(log_engine)
         .purging_only_behind(snapshot_on_disk, PURGE_WAIT_FOR_SNAPSHOT)
-        .syncing_own_appends_behind(config.id);
+        .syncing_own_appends_behind(config.id)
+        .counting_bytes_into(log_bytes.clone());
     state_machine = state_machine.applying_only_durable(log_store.durability());
     // Timed on disk only: a simulated run records nothing.
     if matches!(config.storage, Storage::Disk) {
@@ -448,6 +456,7 @@ async fn open_storage(
         state_engine,
         cluster,
         holds_state,
+        log_bytes,
     }))
 }
 

@@ -191,6 +191,55 @@ async fn a_snapshot_sent_to_a_new_member_shows_on_the_leader() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_log_of_large_values_is_snapshotted_by_its_size_before_its_entry_count() {
+    // 48 writes of 60,000 bytes: about 2.9 MB of log in about 50 entries,
+    // far under the 100,000 entries that bring a snapshot by count.
+    let cluster = TestCluster::start_with_http_and_flags(3, 100_000, &["--snapshot-log-bytes-max", "1MiB"]);
+    let leader = cluster.wait_for_leader().await;
+    let member_ids: Vec<u64> = cluster.members.keys().copied().collect();
+    let scrape = |id: u64| {
+        let address = cluster.kv_connect_url(id).trim_start_matches("http://").to_owned();
+        scraped(&support::get(&address, "/metrics", None).1)
+    };
+    for &id in &member_ids {
+        let series = scrape(id);
+        assert_eq!(
+            series["lode_snapshot_build_duration_seconds_count"], 0.0,
+            "member {id}: {series:?}"
+        );
+    }
+    let kv = cluster.client_of(leader).kv("config");
+    let value = |index: usize| vec![u8::try_from(index % 251).expect("under 251"); 60_000];
+    for index in 0..48 {
+        kv.set(format!("key-{index}"))
+            .bytes(value(index))
+            .send()
+            .await
+            .expect("set");
+    }
+    // Each megabyte of log brings a snapshot that purges the log behind
+    // it, so every member's last snapshot ends up within a megabyte (17
+    // entries) of its applied index, and it took two or more to get there.
+    for &id in &member_ids {
+        let series = support::wait_until("every member to snapshot its log by size", || async {
+            let series = scrape(id);
+            (series["lode_raft_applied_index"] >= 48.0
+                && series["lode_raft_snapshot_index"] >= series["lode_raft_applied_index"] - 17.0)
+                .then_some(series)
+        })
+        .await;
+        assert!(
+            series["lode_snapshot_build_duration_seconds_count"] >= 2.0,
+            "member {id}: {series:?}"
+        );
+    }
+    for index in [0, 23, 47] {
+        let read = kv.get(format!("key-{index}")).await.expect("get");
+        assert_eq!(read, Some(value(index)), "key-{index}");
+    }
+}
+
 /// The value of the one series `name{labels}` a scrape holds, if any.
 fn series_value(body: &str, name_and_labels: &str) -> Option<f64> {
     body.lines()

@@ -17,6 +17,7 @@ pub mod injected_bugs;
 pub mod keys;
 /// Every request and storage limit, shared with the SDK.
 pub use lode_types::limits;
+pub mod log_bytes;
 pub mod log_durability;
 pub mod log_store;
 pub mod merge_patch;

@@ -25,6 +25,7 @@ use crate::engine::{run_blocking, Durability, Engine, Space, WriteBatch};
 use crate::error::{decode, encode, read_error, write_error, EngineError};
 use crate::injected_bugs::{self, InjectedBug};
 use crate::keys::{self, meta};
+use crate::log_bytes::LogBytes;
 use crate::log_durability::LogDurability;
 use crate::recent_entries::RecentEntries;
 use crate::state_machine::SnapshotOnDisk;
@@ -48,6 +49,8 @@ pub struct LogStore<E: Engine> {
     background_sync: Option<Arc<BackgroundSync>>,
     /// The newest commit id openraft saved that is not written yet.
     committed_unwritten: Arc<Mutex<Option<Option<LogId<NodeId>>>>>,
+    /// When set, counts the bytes appended since the last purge.
+    log_bytes: Option<Arc<LogBytes>>,
 }
 
 /// What a leader's unsynced appends need: whose entries they are, and the
@@ -80,6 +83,7 @@ impl<E: Engine> Clone for LogStore<E> {
             durability: self.durability.clone(),
             background_sync: self.background_sync.clone(),
             committed_unwritten: self.committed_unwritten.clone(),
+            log_bytes: self.log_bytes.clone(),
         }
     }
 }
@@ -100,7 +104,15 @@ impl<E: Engine> LogStore<E> {
             durability: Arc::default(),
             background_sync: None,
             committed_unwritten: Arc::default(),
+            log_bytes: None,
         }
+    }
+
+    /// Counts the bytes appended since the last purge into `log_bytes`, so
+    /// the node can ask for a snapshot by the log's size.
+    pub fn counting_bytes_into(mut self, log_bytes: Arc<LogBytes>) -> Self {
+        self.log_bytes = Some(log_bytes);
+        self
     }
 
     /// Lets member `node_id`, while it leads, report its appends of its own
@@ -483,6 +495,9 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
                 if let (Some(observer), Some(began)) = (&self.observer, began) {
                     observer.log_appended(appended.len(), began.elapsed());
                 }
+                if let Some(log_bytes) = &self.log_bytes {
+                    log_bytes.appended(appended.iter().map(|(_, length)| *length as u64).sum());
+                }
                 // Before the callback: openraft reads the entries back as
                 // soon as it learns they are on disk.
                 self.recent.appended(appended);
@@ -558,6 +573,10 @@ impl<E: Engine> RaftLogStorage<TypeConfig> for LogStore<E> {
         put_meta(&mut batch, meta::LAST_PURGED, &log_id).map_err(write_error)?;
         let end = log_id.index.saturating_add(1);
         batch.delete_range(Space::Log, keys::log_key(0).to_vec(), keys::log_key(end).to_vec());
-        self.write_synced(batch).await.map_err(write_error)
+        self.write_synced(batch).await.map_err(write_error)?;
+        if let Some(log_bytes) = &self.log_bytes {
+            log_bytes.purged();
+        }
+        Ok(())
     }
 }

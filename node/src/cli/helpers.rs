@@ -127,6 +127,19 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size {text:?} is over {} bytes", u64::MAX))
 }
 
+/// `--snapshot-log-bytes-max`: a size of at least
+/// [`SNAPSHOT_LOG_BYTES_MIN`](lode_node::log_size_snapshots::SNAPSHOT_LOG_BYTES_MIN).
+pub fn parse_snapshot_log_bytes(text: &str) -> Result<u64, String> {
+    let minimum = lode_node::log_size_snapshots::SNAPSHOT_LOG_BYTES_MIN;
+    let bytes = parse_bytes(text)?;
+    if bytes < minimum {
+        return Err(format!(
+            "{bytes} bytes is under the least log size between snapshots, {minimum} bytes"
+        ));
+    }
+    Ok(bytes)
+}
+
 /// SIGTERM and Ctrl-C, listened for from the moment it is made, so a signal
 /// that arrives while a node is still starting is not lost (nor fatal).
 pub struct StopSignal {

@@ -31,7 +31,7 @@ use lode_node::config::NodeConfig;
 use lode_node::node::{Listeners, Node};
 use lode_node::tls::{MemberTls, TlsFiles};
 
-use helpers::{parse_bytes, parse_duration, print_json, Endpoints, StopSignal};
+use helpers::{parse_bytes, parse_duration, parse_snapshot_log_bytes, print_json, Endpoints, StopSignal};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -180,6 +180,11 @@ pub struct NodeArguments {
     /// Applied entries between snapshots (the log before a snapshot is purged).
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_logs_max: u64,
+    /// Bytes of log since the last snapshot at which this member takes
+    /// another, however few entries they are: large values fill the log
+    /// long before --snapshot-logs-max entries. At least `1MiB`.
+    #[arg(long, default_value = "64MiB", value_parser = parse_snapshot_log_bytes)]
+    pub snapshot_log_bytes_max: u64,
     /// The longest lease this member grants as leader, in milliseconds.
     #[arg(long, default_value_t = 300_000)]
     pub lease_ttl_ms_max: u64,
@@ -502,6 +507,7 @@ async fn run_node(arguments: NodeArguments) -> Result<(), anyhow::Error> {
     config.tls_handshake_ms_max = milliseconds(arguments.tls_handshake_timeout);
     config.connection_idle_ms_max = milliseconds(arguments.connection_idle_timeout);
     config.snapshot_logs_max = arguments.snapshot_logs_max;
+    config.snapshot_log_bytes_max = arguments.snapshot_log_bytes_max;
     config.lease_ttl_ms_max = arguments.lease_ttl_ms_max;
     config.dedup_retention_ms = milliseconds(arguments.dedup_retention);
     config.change_log_events_max = arguments.change_log_events_max;
@@ -734,5 +740,9 @@ mod tests {
         assert_eq!(parse_bytes("1000"), Ok(1000));
         assert!(parse_bytes("8GB").expect_err("unit").contains("use B, KiB"));
         assert!(parse_bytes("99999999999TiB").expect_err("overflow").contains("over"));
+        assert_eq!(parse_snapshot_log_bytes("1MiB"), Ok(1 << 20));
+        assert!(parse_snapshot_log_bytes("1048575")
+            .expect_err("under the minimum")
+            .contains("under the least log size between snapshots, 1048576 bytes"));
     }
 }
