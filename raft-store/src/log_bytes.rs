@@ -10,10 +10,10 @@
 //! ([`LogBytes::over_limit`]).
 //!
 //! The count starts at zero when the member starts and when a purge
-//! succeeds. A purge keeps the entries past the snapshot, and a
-//! truncation's entries are not taken off, so the count runs a little
-//! high, which only brings a snapshot a little early; after a restart the
-//! log may hold up to one limit more than it counts.
+//! succeeds. It is close, not exact: a purge keeps the entries past its
+//! snapshot, which the count then leaves out, and a truncation's entries
+//! are not taken off, which brings the next snapshot a little early.
+//! After a restart the log may hold up to one limit more than it counts.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,12 +31,8 @@ pub struct LogBytes {
 
 impl LogBytes {
     /// A count that signals once the log since its last purge reaches `max`
-    /// bytes.
+    /// bytes (at 0, always; the CLI refuses less than 1 MiB).
     pub fn new(max: u64) -> Self {
-        assert!(
-            max > 0,
-            "a log byte limit of 0 would ask for a snapshot on every append"
-        );
         Self {
             since_purge: AtomicU64::new(0),
             max,
