@@ -286,6 +286,78 @@ async fn a_snapshot_moves_state_between_rocksdb_engines() -> TestResult {
     Ok(())
 }
 
+/// Values of 16 KiB and more live in RocksDB's blob files: they count in
+/// the state's size, travel in a snapshot's image and read back whole
+/// after an install and a reopen.
+#[tokio::test]
+async fn large_values_in_blob_files_count_and_travel_in_snapshots() -> TestResult {
+    let directory = tempfile::tempdir()?;
+    let source = Arc::new(RocksEngine::open(directory.path().join("source"))?);
+    let mut leader = StateMachineStore::open(source.clone())?;
+    // Hex digits from a xorshift generator, so compression cannot hide
+    // the values' size.
+    let value = |index: u64| -> String {
+        let mut state = index.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..40_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                char::from_digit(u32::try_from(state % 16).expect("under 16"), 16).expect("a digit")
+            })
+            .collect()
+    };
+    let keys = 24;
+    let entries: Vec<_> = (1..=keys)
+        .map(|index| {
+            entry(
+                index,
+                index * 1_000,
+                None,
+                vec![set(&format!("big-{index}"), &value(index), None)],
+            )
+        })
+        .collect();
+    leader.apply(entries).await?;
+    // Tables and blob files are written by a flush; a snapshot's
+    // checkpoint alone would carry the values in its write-ahead log.
+    source.compact()?;
+    let blob_files = std::fs::read_dir(directory.path().join("source").join("db"))?
+        .filter_map(Result::ok)
+        .filter(|item| item.path().extension().is_some_and(|extension| extension == "blob"))
+        .count();
+    assert!(blob_files >= 1, "no blob file holds the large values");
+    let entries_bytes = source
+        .properties()?
+        .space_bytes
+        .iter()
+        .find(|(space, _)| *space == Space::Entries)
+        .map(|(_, bytes)| *bytes)
+        .ok_or("the entries' size")?;
+    // LZ4 takes a little off hex digits; the tables alone hold only the
+    // values' references, a few kilobytes.
+    assert!(
+        entries_bytes >= keys * 40_000 / 2,
+        "the entries' {entries_bytes} bytes leave out their blob files"
+    );
+
+    leader.get_snapshot_builder().await.build_snapshot().await?;
+    let current = leader.get_current_snapshot().await?.ok_or("a snapshot is stored")?;
+    let target = directory.path().join("target");
+    let mut follower = StateMachineStore::open(Arc::new(RocksEngine::open(&target)?))?;
+    send(current, &mut follower).await?;
+    drop(follower);
+    let reopened = StateMachineStore::open(Arc::new(RocksEngine::open(&target)?))?;
+    for index in 1..=keys {
+        let stored = reopened
+            .reader()
+            .get_entry("ns", format!("big-{index}").as_bytes(), 0)?
+            .ok_or("an installed value is missing")?;
+        assert_eq!(stored.value, value(index).into_bytes(), "big-{index}");
+    }
+    Ok(())
+}
+
 /// A reopen removes images `current` does not name, and an image asked for
 /// earlier streams whole after newer snapshots replaced its record.
 #[tokio::test]
