@@ -98,8 +98,8 @@ pub struct RocksProperties {
     pub pending_compaction_bytes: u64,
     /// RocksDB's estimate of the dedup records' count.
     pub dedup_records: u64,
-    /// Each space's table and blob files (live, so also what a checkpoint
-    /// holds) and memtables, to say where a member's disk goes.
+    /// Each space's SST files (live, so also what a checkpoint holds) and
+    /// memtables, to say where a member's disk goes.
     pub space_bytes: Vec<(Space, u64)>,
     /// What the instance's one block cache holds (at most
     /// `BLOCK_CACHE_BYTES`).
@@ -125,14 +125,6 @@ const MEMTABLE_BYTES_SMALL: usize = 1 << 20;
 /// The block cache of one instance: data blocks (index and filter blocks
 /// stay with each table reader, see `family_options`).
 pub const BLOCK_CACHE_BYTES: usize = 16 << 20;
-/// Stored entries this large or larger keep their value in a blob file,
-/// beside the table files: a compaction then moves the entry's reference,
-/// not its value. 64 clients' puts of 16 KiB values ran 1.35 times as fast
-/// with them, of 64 KiB 1.31 times, and their gets no slower. Smaller
-/// values stay in the tables: at 4 KiB gets were a third slower from blob
-/// files, which the block cache does not hold (`docs/performance.md`,
-/// seventeenth round).
-const BLOB_VALUE_BYTES_MIN: u64 = 16 << 10;
 /// Bloom filter bits per key in table files: about 1% false positives.
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
 /// The share of a memtable given to its bloom filter, in the families
@@ -248,15 +240,6 @@ fn family_options(space: Space, cache: &rocksdb::Cache, dedup_forgotten_before: 
     if matches!(space, Space::Entries | Space::Dedup) {
         options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
         options.set_memtable_whole_key_filtering(true);
-    }
-    if space == Space::Entries {
-        // Garbage collection rewrites the live values of the oldest blob
-        // files (RocksDB's default, the oldest quarter) as compactions
-        // reach them, so overwritten values leave the disk.
-        options.set_enable_blob_files(true);
-        options.set_min_blob_size(BLOB_VALUE_BYTES_MIN);
-        options.set_blob_compression_type(rocksdb::DBCompressionType::Lz4);
-        options.set_enable_blob_gc(true);
     }
     if space == Space::ChangeLog {
         // Events are written once, in key order: each flushed file lies
@@ -401,7 +384,7 @@ impl RocksEngine {
             let family = family(db, space)?;
             let value = |name: &str| db.property_int_value_cf(family, name).map(|value| value.unwrap_or(0));
             let memtable = value("rocksdb.cur-size-all-mem-tables")?;
-            let space_bytes = value("rocksdb.live-sst-files-size")? + value("rocksdb.live-blob-file-size")? + memtable;
+            let space_bytes = value("rocksdb.live-sst-files-size")? + memtable;
             properties.memtable_bytes += memtable;
             properties.space_bytes.push((space, space_bytes));
             properties.table_readers_bytes += value("rocksdb.estimate-table-readers-mem")?;
