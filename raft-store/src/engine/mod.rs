@@ -174,6 +174,16 @@ pub struct RangeRead {
     pub examined_max: usize,
 }
 
+impl RangeRead {
+    /// The one key the range can hold, when it is `[key, key ++ [0])`: no
+    /// byte string lies between the two, so a point read answers it. A
+    /// Deno KV `get` reads such a range.
+    pub fn single_key(&self) -> Option<&[u8]> {
+        let (last, before_last) = self.end.split_last()?;
+        (*last == 0 && before_last == self.start.as_slice()).then_some(self.start.as_slice())
+    }
+}
+
 /// Whether a stored dedup record is older than `before_micros`, for an
 /// engine dropping forgotten records; bytes that are not a record are kept.
 pub(crate) fn dedup_record_forgotten(value: &[u8], before_micros: u64) -> bool {
