@@ -120,6 +120,18 @@ pub struct RocksPrepared {
 pub const MEMTABLE_BYTES_MAX: usize = 32 << 20;
 /// One column family's memtable, for the families written on every entry.
 const MEMTABLE_BYTES_BUSY: usize = 8 << 20;
+/// Memtables the Raft log's family may hold, the one being written and
+/// those waiting for their flush. Past them RocksDB stops the log's
+/// appends, and with them everything behind an append: the leader's Raft
+/// core appends inline, and sends no heartbeat while it waits. A process
+/// has one flush thread for its two instances, so under large values the
+/// log's flushes wait behind the state's. With RocksDB's two, the log
+/// instance stopped writes 5 to 20 times a minute on each member under 64
+/// clients' puts of 64 KiB values; with four, never, and the puts' p999
+/// was no worse (`docs/performance.md`, eighteenth round).
+const LOG_MEMTABLES_MAX: i32 = 4;
+/// The log's memtables fit in its instance's memtable budget.
+const _: () = assert!(LOG_MEMTABLES_MAX as usize * MEMTABLE_BYTES_BUSY <= MEMTABLE_BYTES_MAX);
 /// One column family's memtable, for the small ones (metadata, expiry).
 const MEMTABLE_BYTES_SMALL: usize = 1 << 20;
 /// The block cache of one instance: data blocks (index and filter blocks
@@ -237,6 +249,9 @@ fn family_options(space: Space, cache: &rocksdb::Cache, dedup_forgotten_before: 
         MEMTABLE_BYTES_SMALL
     };
     options.set_write_buffer_size(memtable_bytes);
+    if space == Space::Log {
+        options.set_max_write_buffer_number(LOG_MEMTABLES_MAX);
+    }
     if matches!(space, Space::Entries | Space::Dedup) {
         options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
         options.set_memtable_whole_key_filtering(true);
