@@ -1,7 +1,8 @@
 //! The `rpc` framing over real TCP on 127.0.0.1: answers find their calls
 //! whatever order they finish in, a dropped call is cancelled on the
 //! server, a lost connection fails the calls waiting on it, a malformed
-//! frame ends only its connection, and the in-flight limit is named.
+//! frame ends only its connection, the in-flight limit is named, and calls
+//! or answers ready together share a write.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -334,4 +335,174 @@ fn limits() -> rpc::ServerLimits {
         idle: std::time::Duration::from_secs(300),
         port_calls: rpc::PortCalls::unlimited(),
     }
+}
+
+/// A server stream that counts the writes carrying bytes.
+struct CountingStream {
+    inner: TcpStream,
+    writes: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingStream {
+    fn counted<T>(&self, written: std::task::Poll<std::io::Result<T>>) -> std::task::Poll<std::io::Result<T>> {
+        if matches!(written, std::task::Poll::Ready(Ok(_))) {
+            self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        written
+    }
+}
+
+impl tokio::io::AsyncRead for CountingStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buffer: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(context, buffer)
+    }
+}
+
+impl tokio::io::AsyncWrite for CountingStream {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let written = std::pin::Pin::new(&mut self.inner).poll_write(context, bytes);
+        self.counted(written)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buffers: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let written = std::pin::Pin::new(&mut self.inner).poll_write_vectored(context, buffers);
+        self.counted(written)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(context)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(context)
+    }
+}
+
+/// Calls that finish together, as a commit's do, are answered in a few
+/// writes, not one each. On one worker, a call's task that finishes wakes
+/// the connection's task, which the runtime runs next, before the other
+/// finished calls: without a yield it wrote every answer alone (32 writes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn answers_finishing_together_share_a_write() {
+    const CALLS: usize = 32;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding 127.0.0.1:0");
+    let address = listener.local_addr().expect("listener address").to_string();
+    let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let release = Arc::new(Notify::new());
+    let (started_sender, mut started) = mpsc::unbounded_channel::<()>();
+    let handler: Handler<String, String> = Arc::new({
+        let release = release.clone();
+        move |request: String| {
+            let release = release.clone();
+            let started = started_sender.clone();
+            Box::pin(async move {
+                let released = release.notified();
+                let _ = started.send(());
+                released.await;
+                Ok(request)
+            })
+        }
+    });
+    let server = tokio::spawn({
+        let writes = writes.clone();
+        async move {
+            let (stream, _) = listener.accept().await.expect("accepting the test's connection");
+            let stream = CountingStream { inner: stream, writes };
+            rpc::serve_connection(Box::new(stream) as Box<dyn ByteStream>, handler, limits()).await;
+        }
+    });
+    let channel = connect(&address).await;
+    let calls: Vec<_> = (0..CALLS)
+        .map(|index| {
+            let channel = channel.clone();
+            tokio::spawn(async move { channel.call(format!("call-{index}")).await })
+        })
+        .collect();
+    for _ in 0..CALLS {
+        within("every call to start", started.recv()).await;
+    }
+    // Every call is waiting on `release` (each registered before it said it
+    // started), so one notification finishes them all at once.
+    release.notify_waiters();
+    for (index, call) in calls.into_iter().enumerate() {
+        let answer = within("an answer", call)
+            .await
+            .expect("task")
+            .expect("the call's answer");
+        assert_eq!(answer, format!("call-{index}"));
+    }
+    let writes = writes.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        writes <= CALLS / 4,
+        "{CALLS} answers that finished together took {writes} writes"
+    );
+    drop(channel);
+    within("the connection to end", server).await.expect("server task");
+}
+
+/// Calls made together by many tasks sharing a channel go out in a few
+/// writes, not one each: the same pathology as above, on the caller's side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn calls_made_together_share_a_write() {
+    const CALLS: usize = 32;
+    let server = start_server().await;
+    let stream = TcpStream::connect(&server.address)
+        .await
+        .expect("connecting to the test server");
+    let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stream = CountingStream {
+        inner: stream,
+        writes: writes.clone(),
+    };
+    let channel: Channel<String, String> = Channel::spawn(Box::new(stream));
+    let go = Arc::new(Notify::new());
+    let (ready_sender, mut ready) = mpsc::unbounded_channel::<()>();
+    let calls: Vec<_> = (0..CALLS)
+        .map(|index| {
+            let channel = channel.clone();
+            let go = go.clone();
+            let ready = ready_sender.clone();
+            tokio::spawn(async move {
+                let released = go.notified();
+                let _ = ready.send(());
+                released.await;
+                channel.call(format!("echo:{index}")).await
+            })
+        })
+        .collect();
+    for _ in 0..CALLS {
+        within("every caller to be ready", ready.recv()).await;
+    }
+    go.notify_waiters();
+    for (index, call) in calls.into_iter().enumerate() {
+        let answer = within("an answer", call)
+            .await
+            .expect("task")
+            .expect("the call's answer");
+        assert_eq!(answer, index.to_string());
+    }
+    let writes = writes.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(writes <= CALLS / 4, "{CALLS} calls made together took {writes} writes");
 }

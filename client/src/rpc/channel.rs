@@ -219,7 +219,12 @@ async fn write_requests<Request: Serialize, Response>(
     let mut frames = FramedWrite::new(write_half, FrameCodec::new(PEER_FRAME_BYTES_MAX));
     while let Some(frame) = requests.recv().await {
         // Calls queued meanwhile go out in the same write (one TLS record,
-        // one system call), up to a batch.
+        // one system call), up to a batch. While other calls wait for their
+        // answers the channel is shared by concurrent callers, some of them
+        // perhaps runnable with a call to queue: yielding once lets them.
+        if shared.waiting().len() > 1 {
+            tokio::task::yield_now().await;
+        }
         let mut written = feed(&mut frames, frame).await;
         for _ in 1..FRAMES_PER_WRITE_MAX {
             let Ok(frame) = requests.try_recv() else { break };
