@@ -400,6 +400,17 @@ impl tokio::io::AsyncWrite for CountingStream {
     }
 }
 
+/// Awaits each spawned call in turn and checks it answered `expected(index)`.
+async fn expect_answers(calls: Vec<JoinHandle<Result<String, RpcError>>>, expected: impl Fn(usize) -> String) {
+    for (index, call) in calls.into_iter().enumerate() {
+        let answer = within("an answer", call)
+            .await
+            .expect("task")
+            .expect("the call's answer");
+        assert_eq!(answer, expected(index));
+    }
+}
+
 /// Calls that finish together, as a commit's do, are answered in a few
 /// writes, not one each. On one worker, a call's task that finishes wakes
 /// the connection's task, which the runtime runs next, before the other
@@ -446,13 +457,7 @@ async fn answers_finishing_together_share_a_write() {
     // Every call is waiting on `release` (each registered before it said it
     // started), so one notification finishes them all at once.
     release.notify_waiters();
-    for (index, call) in calls.into_iter().enumerate() {
-        let answer = within("an answer", call)
-            .await
-            .expect("task")
-            .expect("the call's answer");
-        assert_eq!(answer, format!("call-{index}"));
-    }
+    expect_answers(calls, |index| format!("call-{index}")).await;
     let writes = writes.load(std::sync::atomic::Ordering::SeqCst);
     assert!(
         writes <= CALLS / 4,
@@ -496,13 +501,7 @@ async fn calls_made_together_share_a_write() {
         within("every caller to be ready", ready.recv()).await;
     }
     go.notify_waiters();
-    for (index, call) in calls.into_iter().enumerate() {
-        let answer = within("an answer", call)
-            .await
-            .expect("task")
-            .expect("the call's answer");
-        assert_eq!(answer, index.to_string());
-    }
+    expect_answers(calls, |index| index.to_string()).await;
     let writes = writes.load(std::sync::atomic::Ordering::SeqCst);
     assert!(writes <= CALLS / 4, "{CALLS} calls made together took {writes} writes");
 }
