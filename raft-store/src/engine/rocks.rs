@@ -344,13 +344,10 @@ fn read_single_key(
     range: &RangeRead,
     keep: &dyn Fn(&[u8], &[u8]) -> bool,
 ) -> Result<Pairs, EngineError> {
-    if range.limit == 0 || range.examined_max == 0 {
-        return Ok(Vec::new());
-    }
-    Ok(match db.get_pinned_cf_opt(family, key, options)? {
-        Some(value) if keep(key, &value) => vec![(key.to_vec(), value.to_vec())],
-        _ => Vec::new(),
-    })
+    let value = db.get_pinned_cf_opt(family, key, options)?;
+    let pair = value.map(|value| Ok((key.to_vec(), value.to_vec())));
+    // The same limits and filter as every other range.
+    collect_range(pair.into_iter(), range, keep)
 }
 
 /// Fsyncs a directory so that renames and creations inside it are durable.
