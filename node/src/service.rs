@@ -850,12 +850,25 @@ impl NodeService {
 }
 
 impl NodeService {
-    /// The span of one client request: which call, and the term this node
-    /// was in when it arrived (the node id comes from the connection's
-    /// span).
+    /// The span of one administrative call: which call, and the term this
+    /// node was in when it arrived (the node id comes from the
+    /// connection's span), on every line the call logs.
     fn request_span(&self, method: &'static str) -> tracing::Span {
-        let term = self.shared.raft.metrics().borrow().current_term;
-        tracing::info_span!("request", method, term)
+        tracing::info_span!("request", method, term = self.current_term())
+    }
+
+    /// The span of one read or write, the same as `request_span` but at
+    /// DEBUG: below it the span is never made. A member serves tens of
+    /// thousands of reads a second, and making, entering and closing an
+    /// INFO span for each took 5 to 6% of the members' CPU per get
+    /// (`docs/performance.md`, nineteenth round). The few lines these calls
+    /// log at INFO and above name their own context.
+    fn data_request_span(&self, method: &'static str) -> tracing::Span {
+        tracing::debug_span!("request", method, term = self.current_term())
+    }
+
+    fn current_term(&self) -> u64 {
+        self.shared.raft.metrics().borrow().current_term
     }
 
     async fn write_request(
@@ -1039,7 +1052,7 @@ impl LodeService for NodeService {
             crate::metrics::write_api(&request.operations),
             crate::metrics::operation_name(&request.operations),
         );
-        let span = self.request_span("write");
+        let span = self.data_request_span("write");
         let result = async {
             let allowed = self
                 .allowed_checked(|allowed| allowed.check_write(&request.operations))
@@ -1072,7 +1085,7 @@ impl LodeService for NodeService {
             ));
         }
         let _in_flight = self.in_flight();
-        let span = self.request_span("write");
+        let span = self.data_request_span("write");
         self.write_request(request, grants_revision).instrument(span).await
     }
 
@@ -1085,7 +1098,7 @@ impl LodeService for NodeService {
             crate::metrics::read_api(&request.query),
             request.query.name(),
         );
-        let span = self.request_span("read");
+        let span = self.data_request_span("read");
         let result = async move {
             let allowed = self
                 .allowed_checked(|allowed| allowed.check_query(&request.query))
