@@ -7,6 +7,17 @@ use clap::Parser;
 
 mod cli;
 
+/// jemalloc serves the process's Rust allocations; RocksDB's C++ keeps the
+/// system allocator (the crate's symbols are prefixed). glibc's allocator
+/// took 8 to 12% of a member's samples under load, much of it in the slow
+/// paths (`malloc_consolidate`, `unlink_chunk`) that blocks above its
+/// per-thread caches (1,032 bytes) take: a call's future (2,256 bytes),
+/// an HTTP request's header map. With jemalloc the members spent 5 to 7%
+/// less CPU per put and per Deno KV get for 6 to 11% more resident memory
+/// (`docs/performance.md`, nineteenth round).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// The fewest async workers a `lode` process runs.
 const RUNTIME_WORKERS_MIN: usize = 2;
 
