@@ -6,7 +6,10 @@
 //! and proposes them together: one append, one fsync, one replication round
 //! for all of them. Two commands that write the same key never share an
 //! entry (a version, the entry's index, must name one value of a key), and a
-//! command whose keys are not known before apply (a sweep) goes alone.
+//! command whose keys are not known before apply (a sweep) goes alone. A
+//! command that finds nothing in flight and nothing waiting is proposed
+//! from its caller's task: a lone writer's put then crosses no task of the
+//! proposer's on its way to Raft and back.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -66,6 +69,8 @@ struct Waiting {
 /// A handle to the proposing task of one node.
 #[derive(Clone)]
 pub struct Proposer {
+    raft: Raft<TypeConfig>,
+    retention: Retention,
     waiting: mpsc::Sender<Waiting>,
     waiting_bytes: Arc<Semaphore>,
     clock: MemberClock,
@@ -125,8 +130,10 @@ impl Proposer {
             held: held.subscribe(),
             proposing: proposing.clone(),
         };
-        tokio::spawn(run(raft, receiver, retention, state));
+        tokio::spawn(run(raft.clone(), receiver, retention, state));
         Self {
+            raft,
+            retention,
             waiting,
             waiting_bytes: Arc::new(Semaphore::new(COMMANDS_WAITING_BYTES_MAX / WAITING_BYTES_UNIT)),
             clock,
@@ -147,6 +154,22 @@ impl Proposer {
     /// Proposals handed to Raft and not yet answered.
     pub fn proposals_in_flight(&self) -> usize {
         self.proposing.load(Ordering::Acquire)
+    }
+
+    /// Counts a proposal of one command as in flight if a command now
+    /// would be proposed alone anyway: no proposal in flight, none waiting
+    /// and commands not held back. Only one caller at a time finds the
+    /// proposer so; the others queue behind its proposal and gather. A
+    /// command queued meanwhile is concurrent with this one, so either may
+    /// go first.
+    fn start_alone(&self) -> Option<Proposing> {
+        if *self.held.borrow() || self.waiting.capacity() != self.waiting.max_capacity() {
+            return None;
+        }
+        self.proposing
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| Proposing(self.proposing.clone()))
     }
 
     /// The leader's time for a new command: `max(now, last stamped + 1)`.
@@ -193,6 +216,14 @@ impl Proposer {
             return Err(LodeError::Invalid(format!(
                 "a write of {bytes} encoded bytes is over {request_bytes_max} (request_bytes_max)"
             )));
+        }
+        if let Some(proposing) = self.start_alone() {
+            // Nothing to gather it with: proposed from the caller's task,
+            // without the hand-offs to the proposing task, to the
+            // proposal's own task and back.
+            let mut outcomes = propose_entry(&self.raft, vec![command], self.retention).await;
+            drop(proposing);
+            return outcomes.pop().unwrap_or_else(|| Err(outcome_mismatch()));
         }
         let units = bytes.div_ceil(WAITING_BYTES_UNIT).max(1) as u32;
         let memory = self.waiting_bytes.clone().try_acquire_many_owned(units).map_err(|_| {
@@ -318,52 +349,59 @@ async fn run(raft: Raft<TypeConfig>, mut receiver: mpsc::Receiver<Waiting>, rete
                 .into_iter()
                 .map(|waiting| (waiting.command, waiting.reply))
                 .unzip();
-            let count = commands.len();
-            let op_ids: Vec<Option<OpId>> = commands.iter().map(Command::op_id).collect();
-            let term = raft.metrics().borrow().current_term;
-            let written = tokio::select! {
-                biased;
-                written = raft.client_write(Proposal { commands: commands.into(), retention }) => written,
-                () = leadership_lost(&raft, term) => {
-                    // openraft answers a proposal when its entry applies or
-                    // is truncated, but not when a snapshot install replaces
-                    // the log it was in: without this the proposal, and its
-                    // in-flight slot, would wait forever. The entry may
-                    // still commit under the next leader.
-                    for (reply, op_id) in replies.into_iter().zip(op_ids) {
-                        let _ = reply.send(Err(abandoned(op_id)));
-                    }
-                    drop(permit);
-                    return;
-                }
-            };
-            match written {
-                Ok(response) if response.data.outcomes.len() == count => {
-                    for (reply, outcome) in replies.into_iter().zip(response.data.outcomes) {
-                        // A writer that gave up has dropped its receiver.
-                        let _ = reply.send(Ok(outcome));
-                    }
-                }
-                Ok(response) => {
-                    tracing::error!(
-                        commands = count,
-                        outcomes = response.data.outcomes.len(),
-                        "applied proposal answered a different number of outcomes"
-                    );
-                    for reply in replies {
-                        let _ = reply.send(Err(LodeError::Unavailable("proposal outcome mismatch".to_owned())));
-                    }
-                }
-                Err(error) => {
-                    let error = write_error(error);
-                    for reply in replies {
-                        let _ = reply.send(Err(error.clone()));
-                    }
-                }
+            let outcomes = propose_entry(&raft, commands, retention).await;
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                // A writer that gave up has dropped its receiver.
+                let _ = reply.send(outcome);
             }
             drop(permit);
         });
     }
+}
+
+/// Proposes `commands` as one entry and answers each one's outcome, in
+/// order, once the entry applies or this member stops leading.
+async fn propose_entry(
+    raft: &Raft<TypeConfig>,
+    commands: Vec<Command>,
+    retention: Retention,
+) -> Vec<Result<CommandOutcome, LodeError>> {
+    let count = commands.len();
+    let op_ids: Vec<Option<OpId>> = commands.iter().map(Command::op_id).collect();
+    let term = raft.metrics().borrow().current_term;
+    let written = tokio::select! {
+        biased;
+        written = raft.client_write(Proposal { commands: commands.into(), retention }) => written,
+        () = leadership_lost(raft, term) => {
+            // openraft answers a proposal when its entry applies or is
+            // truncated, but not when a snapshot install replaces the log
+            // it was in: without this the proposal, and its in-flight slot,
+            // would wait forever. The entry may still commit under the next
+            // leader.
+            return op_ids.into_iter().map(|op_id| Err(abandoned(op_id))).collect();
+        }
+    };
+    match written {
+        Ok(response) if response.data.outcomes.len() == count => response.data.outcomes.into_iter().map(Ok).collect(),
+        Ok(response) => {
+            tracing::error!(
+                commands = count,
+                outcomes = response.data.outcomes.len(),
+                "applied proposal answered a different number of outcomes"
+            );
+            (0..count).map(|_| Err(outcome_mismatch())).collect()
+        }
+        Err(error) => {
+            let error = write_error(error);
+            (0..count).map(|_| Err(error.clone())).collect()
+        }
+    }
+}
+
+/// The answer to a command whose entry applied with a different number of
+/// outcomes than it had commands.
+fn outcome_mismatch() -> LodeError {
+    LodeError::Unavailable("proposal outcome mismatch".to_owned())
 }
 
 /// Returns once this member no longer leads in `term`. Polls, because a
