@@ -221,7 +221,9 @@ impl Proposer {
             // Nothing to gather it with: proposed from the caller's task,
             // without the hand-offs to the proposing task, to the
             // proposal's own task and back.
-            let mut outcomes = propose_entry(&self.raft, vec![command], self.retention).await;
+            // Boxed: inline, Raft's write future would grow every call's
+            // future past `call_future_bytes_max` (`service.rs`).
+            let mut outcomes = Box::pin(propose_entry(&self.raft, vec![command], self.retention)).await;
             drop(proposing);
             return outcomes.pop().unwrap_or_else(|| Err(outcome_mismatch()));
         }
