@@ -411,6 +411,15 @@ async fn expect_answers(calls: Vec<JoinHandle<Result<String, RpcError>>>, expect
     }
 }
 
+/// Tells `started` that this task waits, then waits for `release`. The
+/// wait is registered before the message is sent, so one
+/// `notify_waiters` after every message reaches every task.
+async fn wait_for_release(release: &Notify, started: &mpsc::UnboundedSender<()>) {
+    let released = release.notified();
+    let _ = started.send(());
+    released.await;
+}
+
 /// Calls that finish together, as a commit's do, are answered in a few
 /// writes, not one each. On one worker, a call's task that finishes wakes
 /// the connection's task, which the runtime runs next, before the other
@@ -429,9 +438,7 @@ async fn answers_finishing_together_share_a_write() {
             let release = release.clone();
             let started = started_sender.clone();
             Box::pin(async move {
-                let released = release.notified();
-                let _ = started.send(());
-                released.await;
+                wait_for_release(&release, &started).await;
                 Ok(request)
             })
         }
@@ -490,9 +497,7 @@ async fn calls_made_together_share_a_write() {
             let go = go.clone();
             let ready = ready_sender.clone();
             tokio::spawn(async move {
-                let released = go.notified();
-                let _ = ready.send(());
-                released.await;
+                wait_for_release(&go, &ready).await;
                 channel.call(format!("echo:{index}")).await
             })
         })

@@ -209,7 +209,6 @@ impl Proposer {
                 grants_revision,
             },
         };
-        let keys = command.written_keys();
         let bytes = command.encoded_bytes();
         let request_bytes_max = lode_types::limits::REQUEST_BYTES_MAX;
         if bytes > request_bytes_max {
@@ -220,13 +219,15 @@ impl Proposer {
         if let Some(proposing) = self.start_alone() {
             // Nothing to gather it with: proposed from the caller's task,
             // without the hand-offs to the proposing task, to the
-            // proposal's own task and back.
-            // Boxed: inline, Raft's write future would grow every call's
-            // future past `call_future_bytes_max` (`service.rs`).
+            // proposal's own task and back. Boxed, because inline Raft's
+            // write future would grow every call's future past
+            // `call_future_bytes_max` (`service.rs`).
             let mut outcomes = Box::pin(propose_entry(&self.raft, vec![command], self.retention)).await;
             drop(proposing);
             return outcomes.pop().unwrap_or_else(|| Err(outcome_mismatch()));
         }
+        // Only a queued command's keys are needed: they decide its group.
+        let keys = command.written_keys();
         let units = bytes.div_ceil(WAITING_BYTES_UNIT).max(1) as u32;
         let memory = self.waiting_bytes.clone().try_acquire_many_owned(units).map_err(|_| {
             LodeError::Unavailable(format!(

@@ -860,7 +860,7 @@ impl NodeService {
     /// The span of one read or write, the same as `request_span` but at
     /// DEBUG: below it the span is never made. A member serves tens of
     /// thousands of reads a second, and making, entering and closing an
-    /// INFO span for each took 5 to 6% of the members' CPU per get
+    /// INFO span for each took 4 to 6% of the members' CPU per get
     /// (`docs/performance.md`, nineteenth round). The few lines these calls
     /// log at INFO and above name their own context.
     fn data_request_span(&self, method: &'static str) -> tracing::Span {
