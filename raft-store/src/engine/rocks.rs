@@ -134,8 +134,9 @@ const LOG_MEMTABLES_MAX: i32 = 4;
 const _: () = assert!(LOG_MEMTABLES_MAX as usize * MEMTABLE_BYTES_BUSY <= MEMTABLE_BYTES_MAX);
 /// One column family's memtable, for the small ones (metadata, expiry).
 const MEMTABLE_BYTES_SMALL: usize = 1 << 20;
-/// Most a family's memtable is made smaller, in percent, by a draw at each
-/// open. Every member applies the same entries, so with equal memtables
+/// Most a flush trigger (a family's memtable size, an instance's
+/// write-ahead log limit) is made smaller, in percent, by a draw at each
+/// open. Every member applies the same entries, so with equal triggers
 /// every member flushed a family at the same log position, at the same
 /// moment: a flush's work and its stall of the writes then fell on the
 /// leader and both followers at once, and no quorum was left to answer
@@ -143,8 +144,8 @@ const MEMTABLE_BYTES_SMALL: usize = 1 << 20;
 /// quorum is formed by whichever are not flushing. Under 64 clients' puts
 /// the p999 fell from 6.6 to 8.6 times the median to 4.5 to 5.2 times
 /// (`docs/performance.md`, twentieth round).
-const MEMTABLE_SHRINK_PERCENT_MAX: usize = 25;
-const _: () = assert!(MEMTABLE_SHRINK_PERCENT_MAX < 100);
+const FLUSH_TRIGGER_SHRINK_PERCENT_MAX: usize = 25;
+const _: () = assert!(FLUSH_TRIGGER_SHRINK_PERCENT_MAX < 100);
 /// The block cache of one instance: data blocks (index and filter blocks
 /// stay with each table reader, see `family_options`).
 pub const BLOCK_CACHE_BYTES: usize = 16 << 20;
@@ -171,7 +172,10 @@ const _: () = assert!(DEDUP_FILE_AGE_SECONDS_MAX * 1_000_000 <= crate::limits::D
 /// otherwise keeps every log file since its last flush alive: RocksDB's
 /// default allows four times all memtables, about 170 MiB an instance.
 /// A snapshot's checkpoint copies the log files instead of flushing, so
-/// this also bounds what an image carries beside the table files.
+/// this also bounds what an image carries beside the table files. Each
+/// open draws the instance's limit up to `flush_trigger_shrink_percent_max`
+/// below it: flushes for a full log would otherwise fall at the same log
+/// position on every member.
 pub const WAL_BYTES_MAX: u64 = MEMTABLE_BYTES_MAX as u64;
 const _: () = assert!(WAL_BYTES_MAX >= MEMTABLE_BYTES_MAX as u64);
 /// Bytes a table file (a flush's or a compaction's) is written before
@@ -213,7 +217,7 @@ fn options() -> Options {
     options.set_max_background_jobs(2);
     options.set_keep_log_file_num(4);
     options.set_db_write_buffer_size(MEMTABLE_BYTES_MAX);
-    options.set_max_total_wal_size(WAL_BYTES_MAX);
+    options.set_max_total_wal_size(shrunk_at_random(WAL_BYTES_MAX));
     options.set_bytes_per_sync(TABLE_BYTES_PER_SYNC);
     // The same for the state's write-ahead log, which apply writes without
     // a sync: left to the kernel, its dirty pages went out in bursts that
@@ -259,7 +263,7 @@ fn family_options(space: Space, cache: &rocksdb::Cache, dedup_forgotten_before: 
     } else {
         MEMTABLE_BYTES_SMALL
     };
-    options.set_write_buffer_size(shrunk_at_random(memtable_bytes));
+    options.set_write_buffer_size(shrunk_at_random(memtable_bytes as u64) as usize);
     if space == Space::Log {
         options.set_max_write_buffer_number(LOG_MEMTABLES_MAX);
     }
@@ -292,10 +296,11 @@ fn family_options(space: Space, cache: &rocksdb::Cache, dedup_forgotten_before: 
     options
 }
 
-/// `bytes` less a random share of at most `memtable_shrink_percent_max`.
-fn shrunk_at_random(bytes: usize) -> usize {
+/// `bytes` less a random share of at most
+/// `flush_trigger_shrink_percent_max`.
+fn shrunk_at_random(bytes: u64) -> u64 {
     use rand::Rng;
-    let shrink_max = bytes / 100 * MEMTABLE_SHRINK_PERCENT_MAX;
+    let shrink_max = bytes / 100 * FLUSH_TRIGGER_SHRINK_PERCENT_MAX as u64;
     bytes - rand::thread_rng().gen_range(0..=shrink_max)
 }
 
