@@ -142,7 +142,7 @@ const MEMTABLE_BYTES_SMALL: usize = 1 << 20;
 /// leader and both followers at once, and no quorum was left to answer
 /// meanwhile. With the draw, members flush at different moments and the
 /// quorum is formed by whichever are not flushing. Under 64 clients' puts
-/// the p999 fell from 6.6 to 8.6 times the median to 4.5 to 5.2 times
+/// the p999 fell from 6.5 to 8.6 times the median to 3.9 to 5.7 times
 /// (`docs/performance.md`, twentieth round).
 const FLUSH_TRIGGER_SHRINK_PERCENT_MAX: usize = 25;
 const _: () = assert!(FLUSH_TRIGGER_SHRINK_PERCENT_MAX < 100);
