@@ -839,7 +839,18 @@ impl NodeService {
                 let request: openraft::raft::InstallSnapshotRequest<TypeConfig> = decode(&payload)?;
                 check_snapshot_chunk(&request)?;
                 let bytes = request.data.len() as u64;
-                let answer = raft.install_snapshot(request).await;
+                // In a task of its own, which finishes whether or not the
+                // call is still awaited. A cancelled call (the leader's
+                // timeout, a closed connection) aborts this future, and
+                // `install_snapshot` waits on openraft's core for the vote
+                // first: the core, answering into a dropped receiver, then
+                // logged an ERROR (`with_raft_state: to-Raft tx send
+                // error`, which once failed `node/tests/linearizability.rs`,
+                // a test that stops and kills members).
+                let raft = raft.clone();
+                let answer = tokio::spawn(async move { raft.install_snapshot(request).await })
+                    .await
+                    .map_err(|error| LodeError::Unavailable(format!("installing a snapshot chunk failed: {error}")))?;
                 if answer.is_ok() {
                     self.shared.metrics.snapshot_received_bytes.inc_by(bytes);
                 }
