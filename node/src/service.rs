@@ -848,7 +848,8 @@ impl NodeService {
                 // error`, which once failed `node/tests/linearizability.rs`,
                 // a test that stops and kills members).
                 let raft = raft.clone();
-                let answer = tokio::spawn(async move { raft.install_snapshot(request).await })
+                let install = async move { raft.install_snapshot(request).await };
+                let answer = tokio::spawn(install.in_current_span())
                     .await
                     .map_err(|error| LodeError::Unavailable(format!("installing a snapshot chunk failed: {error}")))?;
                 if answer.is_ok() {

@@ -24,14 +24,14 @@ fn drawn_from(bytes: u64, nominal: u64) -> bool {
 /// engine under `root`, and the instance's `max_total_wal_size` under the
 /// name `wal`.
 fn flush_triggers(root: &Path) -> Result<BTreeMap<String, u64>, Box<dyn std::error::Error>> {
-    let mut newest = None;
+    let mut options_files = Vec::new();
     for file in std::fs::read_dir(root.join("db"))? {
         let name = file?.file_name().to_string_lossy().into_owned();
-        if name.starts_with("OPTIONS-") && newest.as_ref().is_none_or(|newest: &String| name > *newest) {
-            newest = Some(name);
+        if name.starts_with("OPTIONS-") {
+            options_files.push(name);
         }
     }
-    let newest = newest.ok_or("no OPTIONS file")?;
+    let newest = options_files.into_iter().max().ok_or("no OPTIONS file")?;
     let text = std::fs::read_to_string(root.join("db").join(newest))?;
     let mut sizes = BTreeMap::new();
     let mut family = None;
