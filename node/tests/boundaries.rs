@@ -488,6 +488,98 @@ async fn the_bench_is_bounded_and_reports_every_workload() {
     cluster.assert_no_errors();
 }
 
+/// `--log-slower-than` prints each request at or over the threshold with
+/// the moment it began, its latency, key and outcome; the lines stop at
+/// their bound and the rest are counted; a unit the flag does not know is
+/// refused, naming the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_prints_its_slow_requests_within_a_bound() {
+    let cluster = TestCluster::start(3, 10_000);
+    cluster.wait_for_leader().await;
+    let endpoints = cluster.endpoints().join(",");
+    let bench = |threshold: &str, requests: &str| {
+        let arguments = [
+            "bench",
+            "--workload",
+            "get",
+            "--clients",
+            "4",
+            "--keys",
+            "1",
+            "--duration",
+            "60s",
+            "--requests-max",
+            requests,
+            "--json",
+            "--quiet",
+            "--log-slower-than",
+            threshold,
+        ];
+        lode(&arguments, &endpoints)
+    };
+    let began = std::time::SystemTime::now();
+    let output = bench("0ms", "40");
+    let ended = std::time::SystemTime::now();
+    assert!(output.status.success(), "{output:?}");
+    let result: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
+    assert_eq!(
+        (result["ops"].as_u64(), result["slow_requests"].as_u64()),
+        (Some(40), Some(40)),
+        "{result}"
+    );
+    let printed = String::from_utf8_lossy(&output.stderr).into_owned();
+    let lines: Vec<&str> = printed.lines().filter(|line| line.starts_with("slow: at=")).collect();
+    assert_eq!(lines.len(), 40, "{printed}");
+    let unix = |time: std::time::SystemTime| {
+        time.duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs_f64()
+    };
+    for line in lines {
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|field| field.strip_prefix(name))
+                .unwrap_or_else(|| panic!("no {name} in {line}"))
+        };
+        let at: f64 = field("at=").parse().expect("Unix seconds");
+        assert!(at >= unix(began) && at <= unix(ended), "{line}");
+        let latency: f64 = field("latency_ms=").parse().expect("milliseconds");
+        assert!(latency > 0.0 && latency < 60_000.0, "{line}");
+        assert_eq!((field("key="), field("outcome=")), ("key-0", "ok"), "{line}");
+    }
+    // Past the bound the requests are counted, not printed.
+    let output = bench("0ms", "10050");
+    assert!(output.status.success(), "{output:?}");
+    let result: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
+    assert_eq!(result["slow_requests"].as_u64(), Some(10_050), "{result}");
+    let printed = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        printed.lines().filter(|line| line.starts_with("slow: at=")).count(),
+        10_000
+    );
+    assert!(
+        printed.contains(
+            "slow: 50 more requests over the threshold not printed (bench_slow_requests_printed_max = 10000)"
+        ),
+        "{}",
+        printed.lines().last().unwrap_or_default()
+    );
+    // Nothing is slower than an hour.
+    let output = bench("1h", "40");
+    assert!(output.status.success(), "{output:?}");
+    let result: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
+    assert_eq!(result["slow_requests"].as_u64(), Some(0), "{result}");
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("slow:"), "{output:?}");
+    let output = bench("5us", "40");
+    assert!(!output.status.success(), "{output:?}");
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        message.contains("--log-slower-than") && message.contains("has unit \"us\"; use ms, s, m, h or d"),
+        "{message}"
+    );
+    cluster.assert_no_errors();
+}
+
 /// The Deno KV workloads speak KV Connect to a follower's HTTP port as the
 /// Deno client does, and `state-http-update` the State API's JSON; the
 /// reads find what the writes stored, each update answers the value it

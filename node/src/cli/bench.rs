@@ -13,6 +13,7 @@ use lode_client::{Bounds, Client};
 
 use super::bench_cpu;
 use super::bench_kv_connect::KvConnect;
+use super::bench_slow::{Outcome, SlowLog};
 use super::bench_state_http::{StateHttp, BENCH_STATE_SCOPE};
 use super::helpers::Endpoints;
 
@@ -127,6 +128,12 @@ pub struct BenchArguments {
     /// `--metrics-role`.
     #[arg(long, env = "LODE_METRICS_TOKEN", hide_env_values = true)]
     pub cpu_of_token: Option<String>,
+    /// Print a line on standard error for each request that took at least
+    /// this long (`2ms`, `1s`): when it began (Unix seconds), its
+    /// latency, client, key and outcome, to set a tail beside what else
+    /// happened then. At most 10,000 lines; the rest are counted.
+    #[arg(long, value_parser = super::helpers::parse_duration)]
+    pub log_slower_than: Option<Duration>,
 }
 
 impl BenchArguments {
@@ -186,6 +193,8 @@ struct Counters {
     completed: AtomicU64,
     errors: AtomicU64,
     conflicts: AtomicU64,
+    /// With `--log-slower-than`.
+    slow: Option<SlowLog>,
 }
 
 pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
@@ -197,7 +206,10 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
         Workload::DenoGet => prefill_deno(&arguments, &values).await?,
         _ => {}
     }
-    let counters = Arc::new(Counters::default());
+    let counters = Arc::new(Counters {
+        slow: arguments.log_slower_than.map(SlowLog::new),
+        ..Counters::default()
+    });
     let started = tokio::time::Instant::now();
     let deadline = started + arguments.duration;
     let connections = arguments.connections();
@@ -235,6 +247,9 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     let elapsed = started.elapsed().as_secs_f64();
     if let Some(progress) = progress {
         progress.abort();
+    }
+    if let Some(slow) = &counters.slow {
+        slow.report_unprinted();
     }
     let cpu = match (cpu_before, read_cpu(&arguments, tls.as_ref()).await?) {
         (Some(before), Some(after)) => Some(before.per_request(&after, total.len())),
@@ -347,6 +362,7 @@ impl Worker {
             let key = format!("key-{}", sequence % arguments.keys);
             let value = self.values.get(sequence >> 16);
             let began = tokio::time::Instant::now();
+            let began_at = counters.slow.as_ref().map(|_| std::time::SystemTime::now());
             let result = match &mut self.http {
                 Some(session) => {
                     session
@@ -366,19 +382,25 @@ impl Worker {
             };
             let micros = began.elapsed().as_micros() as u64;
             counters.completed.fetch_add(1, Ordering::Relaxed);
-            match result {
+            let outcome = match result {
                 Ok(()) => {
                     let _ = histogram.record(micros.max(1));
+                    Outcome::Ok
                 }
                 Err(error) if is_version_conflict(&error) => {
                     counters.conflicts.fetch_add(1, Ordering::Relaxed);
                     let _ = histogram.record(micros.max(1));
+                    Outcome::VersionConflict
                 }
                 Err(error) => {
                     if counters.errors.fetch_add(1, Ordering::Relaxed) < 5 {
                         eprintln!("error: {error:#}");
                     }
+                    Outcome::Error
                 }
+            };
+            if let (Some(slow), Some(began_at)) = (&counters.slow, began_at) {
+                slow.record(began_at, micros, self.worker, &key, outcome);
             }
         }
         histogram
@@ -453,6 +475,9 @@ fn print_result(
                 "bench": cpu.bench,
             });
         }
+        if let Some(slow) = &counters.slow {
+            result["slow_requests"] = serde_json::json!(slow.seen());
+        }
         println!("{result}");
         return;
     }
@@ -476,6 +501,9 @@ fn print_result(
         millis(0.999),
         total.max() as f64 / 1000.0
     );
+    if let Some(slow) = &counters.slow {
+        println!("slow_requests={}", slow.seen());
+    }
     if let Some(cpu) = cpu {
         let by_member: Vec<String> = cpu
             .by_member
