@@ -20,7 +20,7 @@
 //!
 //! The data volume has a reserve too (`--disk-free-bytes-min`): as leader
 //! a member refuses a write that may grow the state once the volume's free
-//! space, read every second, less three times the writes let through since
+//! space, read before the member serves and every second after, less three times the writes let through since
 //! (the log, the state's write-ahead log, a table file), is under it
 //! (`disk_full`). RocksDB then never meets a full disk on the write path,
 //! where a failed write stops Raft; the followers hold the same data. Like
@@ -66,8 +66,8 @@ pub struct StorageQuota {
     engine: Arc<SelectedEngine>,
     quota_bytes: u64,
     disk: DiskReserve,
-    /// The volume's free space as last read (`u64::MAX` before the first
-    /// reading, and for a member in memory).
+    /// The volume's free space as last read (`u64::MAX` for a member in
+    /// memory, and until a reading of the volume succeeds).
     free_bytes: AtomicU64,
     used_bytes: AtomicU64,
     /// Bytes of the writes let through since `used_bytes` was read.
@@ -76,8 +76,11 @@ pub struct StorageQuota {
 }
 
 impl StorageQuota {
+    /// Takes the first reading before returning, so that a member started
+    /// on a volume already under its reserve, or with a state already over
+    /// its quota, refuses its first write rather than a second of writes.
     pub fn new(engine: Arc<SelectedEngine>, quota_bytes: u64, disk: DiskReserve) -> Self {
-        Self {
+        let quota = Self {
             engine,
             quota_bytes,
             disk,
@@ -85,7 +88,9 @@ impl StorageQuota {
             used_bytes: AtomicU64::new(0),
             admitted_bytes: AtomicU64::new(0),
             compacting: Arc::new(AtomicBool::new(false)),
-        }
+        };
+        quota.take_reading();
+        quota
     }
 
     pub fn quota_bytes(&self) -> u64 {
@@ -142,17 +147,12 @@ impl StorageQuota {
         let next_compaction = Arc::new(std::sync::Mutex::new(tokio::time::Instant::now()));
         loop {
             tokio::time::sleep(USAGE_INTERVAL).await;
-            let engine = self.engine.clone();
-            let read = tokio::task::spawn_blocking(move || engine.as_rocks().map(|rocks| rocks.properties())).await;
-            let free = rustix::fs::statvfs(&self.disk.data_dir);
-            match read {
-                Ok(Some(Ok(properties))) => {
-                    self.used_bytes.store(properties.live_bytes, Ordering::Relaxed);
-                    self.store_free_bytes(free);
-                    self.admitted_bytes.store(0, Ordering::Relaxed);
-                }
-                Ok(Some(Err(error))) => tracing::warn!(%error, "reading the state's size failed"),
-                Ok(None) | Err(_) => return,
+            let quota = self.clone();
+            if !matches!(
+                tokio::task::spawn_blocking(move || quota.take_reading()).await,
+                Ok(true)
+            ) {
+                return;
             }
             let near = self.used_bytes() >= self.quota_bytes / 100 * COMPACT_AT_PERCENT;
             let due = *lock(&next_compaction) <= tokio::time::Instant::now();
@@ -160,6 +160,26 @@ impl StorageQuota {
                 tokio::spawn(self.clone().compact(next_compaction.clone()));
             }
         }
+    }
+
+    /// Reads the state's size and the volume's free space, and counts the
+    /// writes let through afresh from here. False for a member in memory,
+    /// which has neither to read.
+    fn take_reading(&self) -> bool {
+        let Some(rocks) = self.engine.as_rocks() else {
+            return false;
+        };
+        let properties = rocks.properties();
+        let free = rustix::fs::statvfs(&self.disk.data_dir);
+        match properties {
+            Ok(properties) => {
+                self.used_bytes.store(properties.live_bytes, Ordering::Relaxed);
+                self.store_free_bytes(free);
+                self.admitted_bytes.store(0, Ordering::Relaxed);
+            }
+            Err(error) => tracing::warn!(%error, "reading the state's size failed"),
+        }
+        true
     }
 
     /// Keeps the volume's free space as read; a volume that cannot be read

@@ -4,7 +4,8 @@
 //! full disk, loses nothing, and takes writes again by itself once it
 //! grows; and a member whose storage fails anyway (no reserve) stops and
 //! exits, acknowledging nothing after the failure, and serves everything
-//! it acknowledged once restarted with room. On a FUSE file system whose
+//! it acknowledged once restarted; restarted with less free than its
+//! reserve it refuses writes from the first, until the volume grows. On a FUSE file system whose
 //! fsync fails on command (`support/faulty_fs.py`), a leader whose fsync
 //! fails stops and exits: it acknowledges nothing after the failure, the
 //! others go on, and it comes back with everything once the disk heals.
@@ -241,20 +242,34 @@ async fn a_member_whose_storage_fails_exits_acknowledges_nothing_after_and_keeps
         "and says why it exits"
     );
 
+    // Restarted with the default reserve (256 MiB) on a volume grown to
+    // 256 MiB, so less than the reserve is free: the member reads its
+    // volume before it serves, and refuses even its first write.
     volumes.resize(256 * MIB);
     cluster.restart(1);
     cluster.wait_for_leader().await;
     let client = cluster.client();
     assert_all_read_back(&client, &written, 0).await;
-    // The failed write was never acknowledged; whether it applied on
-    // restart (it may have reached the log) the caller was told it failed.
-    let version = client
+    let refusal = client
         .kv("fill")
         .set("after")
         .bytes("restarted")
         .send()
         .await
-        .expect("write after");
+        .expect_err("a write with less than the reserve free");
+    assert!(
+        matches!(refusal, lode_client::LodeError::DiskFull { member: 1, .. }),
+        "refused as disk_full: {refusal:?}"
+    );
+
+    volumes.resize(512 * MIB);
+    let kv = client.kv("fill");
+    let version = wait_until("writes to resume once the volume grew past the reserve", || async {
+        kv.set("after").bytes("restarted").send().await.ok()
+    })
+    .await;
+    // The failed write was never acknowledged; whether it applied on
+    // restart (it may have reached the log) the caller was told it failed.
     assert!(written.iter().all(|(_, acknowledged)| *acknowledged < version));
     cluster.assert_no_errors_except(&["No space left on device", "raft stopped", "RaftCore"]);
 }
