@@ -593,9 +593,19 @@ async fn compare_and_swap(kv: &lode_client::Kv, key: &str, value: &[u8]) -> Resu
     set.commit().await.map(|_| ())
 }
 
+/// Writers that fill the keys before a read workload, whatever its
+/// clients: filling is not measured, and one writer alone would take as
+/// long as a put per key (ten seconds for 10,000 keys at one client).
+const BENCH_PREFILL_WRITERS: u64 = 64;
+
+/// The writers that fill `keys` keys.
+fn prefill_writers(keys: u64) -> u64 {
+    BENCH_PREFILL_WRITERS.min(keys)
+}
+
 /// Writes every key once so reads find values.
 async fn prefill(arguments: &Arc<BenchArguments>, values: &Values) -> Result<(), anyhow::Error> {
-    let workers = arguments.clients.min(64) as u64;
+    let workers = prefill_writers(arguments.keys);
     let mut tasks = Vec::new();
     for worker in 0..workers {
         let kv = arguments.endpoints.client()?.kv(arguments.namespace.clone());
@@ -617,7 +627,7 @@ async fn prefill(arguments: &Arc<BenchArguments>, values: &Values) -> Result<(),
 
 /// Writes every key once through KV Connect so Deno KV reads find values.
 async fn prefill_deno(arguments: &Arc<BenchArguments>, values: &Values) -> Result<(), anyhow::Error> {
-    let workers = arguments.clients.min(64) as u64;
+    let workers = prefill_writers(arguments.keys);
     let tls = arguments.endpoints.tls()?;
     let (url, token) = arguments.http_target();
     let mut tasks = Vec::new();
