@@ -98,6 +98,32 @@ pub struct NetworkFactory {
     /// How far this member's log is on disk: a commit index beyond it is
     /// not sent (`lode_raft_store::log_durability`).
     pub log_durability: Arc<LogDurability>,
+    /// The peers out of reach, shared by every client of this member.
+    pub outages: Arc<PeerOutages>,
+}
+
+/// The peers whose last call failed in transport. openraft makes a client
+/// per replication stream and per election round, so an outage is kept
+/// here, by peer, to be logged once when it starts and once when it ends
+/// whichever client sees it.
+#[derive(Default)]
+pub struct PeerOutages {
+    failing: Mutex<std::collections::HashSet<NodeId>>,
+}
+
+impl PeerOutages {
+    /// Notes a call to `target` that failed in transport (`Some(detail)`)
+    /// or reached it (`None`), and logs the outage's start or end.
+    fn note(&self, target: NodeId, address: &str, failure: Option<&str>) {
+        let mut failing = self.failing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match failure {
+            Some(detail) if failing.insert(target) => {
+                tracing::warn!(peer = target, address, detail, "peer unreachable");
+            }
+            None if failing.remove(&target) => tracing::info!(peer = target, "peer reachable again"),
+            _ => {}
+        }
+    }
 }
 
 pub struct PeerClient {
@@ -109,9 +135,7 @@ pub struct PeerClient {
     log_durability: Arc<LogDurability>,
     /// When the snapshot being sent sent its first chunk.
     snapshot_started: Option<tokio::time::Instant>,
-    /// Whether the last call failed in transport, so that an outage is
-    /// logged once when it starts and once when it ends.
-    failing: bool,
+    outages: Arc<PeerOutages>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -126,7 +150,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             metrics: self.metrics.clone(),
             log_durability: self.log_durability.clone(),
             snapshot_started: None,
-            failing: false,
+            outages: self.outages.clone(),
         }
     }
 }
@@ -136,20 +160,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 struct TransportError(String);
 
 impl PeerClient {
-    fn note_transport(&mut self, failure: Option<&str>) {
-        match (self.failing, failure) {
-            (false, Some(detail)) => {
-                tracing::warn!(
-                    peer = self.target,
-                    address = self.connection.address(),
-                    detail,
-                    "peer unreachable"
-                );
-            }
-            (true, None) => tracing::info!(peer = self.target, "peer reachable again"),
-            _ => {}
-        }
-        self.failing = failure.is_some();
+    fn note_transport(&self, failure: Option<&str>) {
+        self.outages.note(self.target, self.connection.address(), failure);
     }
 
     async fn send<Request, Response, E>(

@@ -233,6 +233,7 @@ impl Node {
                 lost_members: lost_members.clone(),
                 metrics: metrics.clone(),
                 log_durability: log_store.durability(),
+                outages: Arc::default(),
             },
             log_store,
             state_machine,

@@ -127,6 +127,24 @@ async fn killing_the_leader_loses_no_acknowledged_write() {
     assert_keys_on(&cluster, old_leader, 0..300, position).await;
     // The survivors report the dead member as unreachable; nothing else.
     cluster.assert_no_errors_except(&["Unreachable node", "NetworkError"]);
+    // The new leader warned of the outage when it began, not at each of
+    // its retries over the election, 200 reads and 100 writes, and said
+    // when it ended; the election's stale messages raised no warning.
+    let log = cluster.log_text(new_leader);
+    let warnings: Vec<&str> = log.lines().filter(|line| line.contains("WARN")).collect();
+    assert!(
+        !warnings.is_empty() && warnings.iter().all(|line| line.contains("peer unreachable")),
+        "warnings other than the outage:\n{}",
+        warnings.join("\n")
+    );
+    let of_the_killed = format!("peer={old_leader} ");
+    let outage_warnings = warnings.iter().filter(|line| line.contains(&of_the_killed)).count();
+    assert!(
+        (1..=2).contains(&outage_warnings),
+        "the outage warned at its retries:\n{}",
+        warnings.join("\n")
+    );
+    assert!(log.contains("peer reachable again"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

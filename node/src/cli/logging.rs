@@ -2,7 +2,8 @@
 //! terminal, and never with `NO_COLOR` set) or as one JSON object per
 //! line (`--log-format json`), filtered by `--log` or `RUST_LOG`.
 //!
-//! A member's normal start logs no ERROR: founders start one by one, and
+//! A member's normal start logs no ERROR and no WARN: founders start one
+//! by one, and
 //! until the last is up openraft logs each vote request to it that fails
 //! or times out at ERROR. Under load, it also logs at ERROR each peer that
 //! did not confirm the leadership for a linearizable read within a
@@ -28,10 +29,18 @@ pub enum LogFormat {
     Json,
 }
 
-/// The filter of a member's logs when none is given: openraft logs every
-/// failed replication call at ERROR, and a peer that is down is not a
-/// reason to page anyone; the network layer logs each outage once at WARN.
-const MEMBER_FILTER_DEFAULT: &str = "info,openraft=warn,openraft::replication=off";
+/// The filter of a member's logs when none is given. A peer that is down
+/// is not a reason to page anyone, and the network layer logs each outage
+/// once at WARN, while openraft logs it at every retry: each failed
+/// replication call at ERROR (`openraft::replication`), and each failed
+/// call's progress and heartbeat at WARN (its replication handler), about
+/// five lines a second for as long as a member is down. Its core warns of
+/// each stale message it ignores (a vote answer that arrives after the
+/// election it answered, a replication result from before a membership
+/// change), several in every election. Those are openraft's normal
+/// course, so both are heard from at ERROR only.
+const MEMBER_FILTER_DEFAULT: &str = "info,openraft=warn,openraft::replication=off,\
+openraft::engine::handler::replication_handler=error,openraft::core::raft_core=error";
 
 /// Where openraft logs a failed vote request or leadership confirmation,
 /// and the messages it uses.

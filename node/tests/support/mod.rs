@@ -136,7 +136,9 @@ fn spawn_node(member: &Member, membership: &[String], snapshot_logs_max: u64) ->
         .args(["--snapshot-logs-max", &snapshot_logs_max.to_string()])
         .args(http)
         .args(membership)
-        .env("LODE_LOG", "info,openraft=warn,openraft::replication=off")
+        // A member's default log filter, as users run it.
+        .env_remove("LODE_LOG")
+        .env_remove("RUST_LOG")
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
