@@ -4,6 +4,7 @@
 //! reused and redialed after any error.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -102,27 +103,19 @@ pub struct NetworkFactory {
     pub outages: Arc<PeerOutages>,
 }
 
-/// The peers whose last call failed in transport. openraft makes a client
-/// per replication stream and per election round, so an outage is kept
-/// here, by peer, to be logged once when it starts and once when it ends
-/// whichever client sees it.
+/// Whether each peer's last call failed in transport, one flag per peer
+/// shared by every client of it. openraft makes a client per replication
+/// stream and per election round, so an outage is kept here to be logged
+/// once when it starts and once when it ends, whichever client sees it.
 #[derive(Default)]
 pub struct PeerOutages {
-    failing: Mutex<std::collections::HashSet<NodeId>>,
+    failing: Mutex<HashMap<NodeId, Arc<AtomicBool>>>,
 }
 
 impl PeerOutages {
-    /// Notes a call to `target` that failed in transport (`Some(detail)`)
-    /// or reached it (`None`), and logs the outage's start or end.
-    fn note(&self, target: NodeId, address: &str, failure: Option<&str>) {
+    fn of(&self, target: NodeId) -> Arc<AtomicBool> {
         let mut failing = self.failing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        match failure {
-            Some(detail) if failing.insert(target) => {
-                tracing::warn!(peer = target, address, detail, "peer unreachable");
-            }
-            None if failing.remove(&target) => tracing::info!(peer = target, "peer reachable again"),
-            _ => {}
-        }
+        failing.entry(target).or_default().clone()
     }
 }
 
@@ -135,7 +128,9 @@ pub struct PeerClient {
     log_durability: Arc<LogDurability>,
     /// When the snapshot being sent sent its first chunk.
     snapshot_started: Option<tokio::time::Instant>,
-    outages: Arc<PeerOutages>,
+    /// Whether the last call to this peer, by any client, failed in
+    /// transport ([`PeerOutages`]).
+    failing: Arc<AtomicBool>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -150,7 +145,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             metrics: self.metrics.clone(),
             log_durability: self.log_durability.clone(),
             snapshot_started: None,
-            outages: self.outages.clone(),
+            failing: self.outages.of(target),
         }
     }
 }
@@ -160,8 +155,23 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 struct TransportError(String);
 
 impl PeerClient {
+    /// Logs an outage when a call first fails and when one first succeeds
+    /// after; a call that succeeds with no outage only reads the flag.
     fn note_transport(&self, failure: Option<&str>) {
-        self.outages.note(self.target, self.connection.address(), failure);
+        match failure {
+            Some(detail) if !self.failing.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(
+                    peer = self.target,
+                    address = self.connection.address(),
+                    detail,
+                    "peer unreachable"
+                );
+            }
+            None if self.failing.load(Ordering::Relaxed) && self.failing.swap(false, Ordering::Relaxed) => {
+                tracing::info!(peer = self.target, "peer reachable again");
+            }
+            _ => {}
+        }
     }
 
     async fn send<Request, Response, E>(

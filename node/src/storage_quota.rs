@@ -20,9 +20,9 @@
 //!
 //! The data volume has a reserve too (`--disk-free-bytes-min`): as leader
 //! a member refuses a write that may grow the state once the volume's free
-//! space, read before the member serves and every second after, less three times the writes let through since
-//! (the log, the state's write-ahead log, a table file), is under it
-//! (`disk_full`). RocksDB then never meets a full disk on the write path,
+//! space, read before the member serves and every second after, less three
+//! times the writes let through since (the log, the state's write-ahead
+//! log, a table file), is under it (`disk_full`). RocksDB then never meets a full disk on the write path,
 //! where a failed write stops Raft; the followers hold the same data. Like
 //! the quota, it needs no reset: writes resume once the space is back.
 
@@ -169,12 +169,10 @@ impl StorageQuota {
         let Some(rocks) = self.engine.as_rocks() else {
             return false;
         };
-        let properties = rocks.properties();
-        let free = rustix::fs::statvfs(&self.disk.data_dir);
-        match properties {
+        match rocks.properties() {
             Ok(properties) => {
                 self.used_bytes.store(properties.live_bytes, Ordering::Relaxed);
-                self.store_free_bytes(free);
+                self.store_free_bytes(rustix::fs::statvfs(&self.disk.data_dir));
                 self.admitted_bytes.store(0, Ordering::Relaxed);
             }
             Err(error) => tracing::warn!(%error, "reading the state's size failed"),
