@@ -394,6 +394,7 @@ async fn the_bench_is_bounded_and_reports_every_workload() {
         "get-many",
         "state-update",
         "lease",
+        "lease-renew",
         "queue",
     ] {
         let output = lode(

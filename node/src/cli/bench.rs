@@ -13,6 +13,7 @@ use lode_client::{Bounds, Client};
 
 use super::bench_cpu;
 use super::bench_kv_connect::KvConnect;
+use super::bench_lease::{self, HeldLease};
 use super::bench_slow::{Outcome, SlowLog};
 use super::bench_state_http::{StateHttp, BENCH_STATE_SCOPE};
 use super::helpers::Endpoints;
@@ -38,6 +39,9 @@ pub enum Workload {
     StateHttpUpdate,
     /// Acquire a lease on a random key, then release it: two writes.
     Lease,
+    /// Renew a lease: each client holds one on a key of its own, taken
+    /// before the run and released after it; one write.
+    LeaseRenew,
     /// Enqueue a message, claim one, finish it: three writes.
     Queue,
     /// A Deno KV `set` of a random key through KV Connect (`--http`).
@@ -210,8 +214,6 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
         slow: arguments.log_slower_than.map(SlowLog::new),
         ..Counters::default()
     });
-    let started = tokio::time::Instant::now();
-    let deadline = started + arguments.duration;
     let connections = arguments.connections();
     // The CA and token files are read once, not once per connection.
     let options = arguments.endpoints.client_options()?;
@@ -222,6 +224,12 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
             Client::with_options(arguments.endpoints.starting_at(first), options.clone())
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let mut leases = match arguments.workload {
+        Workload::LeaseRenew => acquire_leases(&arguments, &clients).await?,
+        _ => Vec::new(),
+    };
+    let started = tokio::time::Instant::now();
+    let deadline = started + arguments.duration;
     let mut workers = Vec::new();
     for worker in 0..arguments.clients {
         let http = match arguments.workload.is_http() {
@@ -231,6 +239,7 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
         let client = Worker {
             client: clients[worker % connections].clone(),
             http,
+            lease: leases.get_mut(worker).and_then(Option::take),
             arguments: arguments.clone(),
             counters: counters.clone(),
             values: values.clone(),
@@ -241,13 +250,17 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
     let cpu_before = read_cpu(&arguments, tls.as_ref()).await?;
     let progress = (!arguments.quiet).then(|| tokio::spawn(report_progress(counters.clone(), started)));
     let mut total = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut held = Vec::new();
     for worker in workers {
-        total.add(worker.await?)?;
+        let (histogram, lease) = worker.await?;
+        total.add(histogram)?;
+        held.extend(lease);
     }
     let elapsed = started.elapsed().as_secs_f64();
     if let Some(progress) = progress {
         progress.abort();
     }
+    release_leases(&arguments, &clients, held).await?;
     if let Some(slow) = &counters.slow {
         slow.report_unprinted();
     }
@@ -339,6 +352,8 @@ impl HttpSession {
 struct Worker {
     client: lode_client::Client,
     http: Option<HttpSession>,
+    /// The lease this client renews, in `lease-renew`.
+    lease: Option<HeldLease>,
     arguments: Arc<BenchArguments>,
     counters: Arc<Counters>,
     values: Values,
@@ -347,8 +362,8 @@ struct Worker {
 
 impl Worker {
     /// Requests one after another until `deadline` or `--requests-max`;
-    /// answers their latencies.
-    async fn run(mut self, deadline: tokio::time::Instant) -> Histogram<u64> {
+    /// answers their latencies, and the lease to release after the run.
+    async fn run(mut self, deadline: tokio::time::Instant) -> (Histogram<u64>, Option<HeldLease>) {
         let kv = self.client.kv(self.arguments.namespace.clone());
         let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds are valid");
         let mut sequence = self.worker as u64;
@@ -363,13 +378,14 @@ impl Worker {
             let value = self.values.get(sequence >> 16);
             let began = tokio::time::Instant::now();
             let began_at = counters.slow.as_ref().map(|_| std::time::SystemTime::now());
-            let result = match &mut self.http {
-                Some(session) => {
+            let result = match (&mut self.http, &mut self.lease) {
+                (Some(session), _) => {
                     session
                         .request(arguments.workload, &key, value, sequence, self.worker)
                         .await
                 }
-                None => {
+                (None, Some(lease)) => lease.renew(&kv).await,
+                (None, None) => {
                     let request = Request {
                         client: &self.client,
                         kv: &kv,
@@ -403,7 +419,7 @@ impl Worker {
                 slow.record(began_at, micros, self.worker, &key, outcome);
             }
         }
-        histogram
+        (histogram, self.lease)
     }
 }
 
@@ -554,12 +570,7 @@ impl Request<'_> {
                 let state = self.client.state();
                 state.update(BENCH_STATE_SCOPE, key, &ops).await.map(|_| ())
             }
-            Workload::Lease => {
-                let holder = format!("bench-{}", self.worker);
-                let lease_key = format!("lease-{}-{key}", self.worker);
-                let lease = kv.lease(&lease_key, holder.clone(), BENCH_LEASE_TTL).await?;
-                kv.release(&lease_key, holder, lease.token).await.map(|_| ())
-            }
+            Workload::Lease => bench_lease::acquire_then_release(kv, self.worker, key).await,
             Workload::Queue => {
                 let queue = self.client.queue();
                 let message = lode_client::queue::Message::new(value.to_vec(), lode_client::Encoding::Bytes);
@@ -576,12 +587,13 @@ impl Request<'_> {
                     self.arguments.workload.flag_value()
                 )))
             }
+            // The worker renews its own lease (`HeldLease::renew`).
+            Workload::LeaseRenew => Err(lode_client::LodeError::Unsupported(
+                "workload lease-renew renews the lease its client took before the run".to_owned(),
+            )),
         }
     }
 }
-
-/// The TTL of a lease the lease workload takes (it releases it at once).
-const BENCH_LEASE_TTL: Duration = Duration::from_secs(10);
 
 /// One read-modify-write cycle: read the version, write with it.
 async fn compare_and_swap(kv: &lode_client::Kv, key: &str, value: &[u8]) -> Result<(), lode_client::LodeError> {
@@ -642,6 +654,42 @@ async fn prefill_deno(arguments: &Arc<BenchArguments>, values: &Values) -> Resul
             }
             Ok::<(), anyhow::Error>(())
         }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
+/// Takes the lease each client of `lease-renew` renews, all at once, before
+/// the run: taking them is not measured.
+async fn acquire_leases(
+    arguments: &Arc<BenchArguments>,
+    clients: &[Client],
+) -> Result<Vec<Option<HeldLease>>, anyhow::Error> {
+    let run = lode_client::facade::random_u128() as u64;
+    let mut tasks = Vec::new();
+    for worker in 0..arguments.clients {
+        let kv = clients[worker % clients.len()].kv(arguments.namespace.clone());
+        tasks.push(tokio::spawn(async move { HeldLease::acquire(&kv, run, worker).await }));
+    }
+    let mut leases = Vec::new();
+    for task in tasks {
+        leases.push(Some(task.await??));
+    }
+    Ok(leases)
+}
+
+/// Releases the leases of `lease-renew` after the run.
+async fn release_leases(
+    arguments: &Arc<BenchArguments>,
+    clients: &[Client],
+    leases: Vec<HeldLease>,
+) -> Result<(), anyhow::Error> {
+    let mut tasks = Vec::new();
+    for (index, lease) in leases.into_iter().enumerate() {
+        let kv = clients[index % clients.len()].kv(arguments.namespace.clone());
+        tasks.push(tokio::spawn(async move { lease.release(&kv).await }));
     }
     for task in tasks {
         task.await??;

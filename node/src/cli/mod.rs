@@ -5,6 +5,7 @@ mod bench;
 mod bench_cpu;
 mod bench_http;
 mod bench_kv_connect;
+mod bench_lease;
 mod bench_slow;
 mod bench_state_http;
 mod certificates;
