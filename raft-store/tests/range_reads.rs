@@ -156,3 +156,96 @@ fn a_single_key_read_sees_the_view_of_its_call_not_later_writes() -> TestResult 
     assert_eq!(keys(&read[2]), [&b"ab"[..]], "deleted after the view was taken");
     Ok(())
 }
+
+/// Live keys `b0`..`b4`, between two runs of removed keys (`a…` below,
+/// `c…` above) and one live key past them (`d`).
+fn between_removed_keys<E: Engine>(engine: &E) -> Result<(), Box<dyn std::error::Error>> {
+    let removed = |run: &'static str| (0..REMOVED_RUN_KEYS).map(move |index| format!("{run}{index:05}").into_bytes());
+    let mut batch = WriteBatch::default();
+    for key in removed("a").chain(removed("c")) {
+        batch.put(Space::Entries, key, b"gone".to_vec());
+    }
+    for key in ["b0", "b1", "b2", "b3", "b4", "d"] {
+        batch.put(Space::Entries, key.as_bytes().to_vec(), b"live".to_vec());
+    }
+    engine.write(batch, Durability::Synced)?;
+    let mut batch = WriteBatch::default();
+    for key in removed("a").chain(removed("c")) {
+        batch.delete(Space::Entries, key);
+    }
+    engine.write(batch, Durability::Synced)?;
+    Ok(())
+}
+
+const REMOVED_RUN_KEYS: usize = 5_000;
+
+/// The bounded reads of `bounded_reads_step_over_no_removed_key_outside_their_range`,
+/// each named.
+#[allow(clippy::type_complexity)]
+fn bounded_reads<E: Engine>() -> Vec<(
+    &'static str,
+    Box<dyn Fn(&E) -> Result<Pairs, lode_raft_store::EngineError>>,
+)> {
+    let range = |reverse: bool, limit: usize| RangeRead {
+        start: b"b".to_vec(),
+        end: b"c".to_vec(),
+        reverse,
+        limit,
+        examined_max: 100,
+    };
+    let keep = |_: &[u8], _: &[u8]| true;
+    let ranged = move |reverse, limit| {
+        Box::new(move |engine: &E| {
+            let mut pairs = engine.read_ranges(Space::Entries, &[range(reverse, limit)], &keep)?;
+            Ok(pairs.pop().unwrap_or_default())
+        }) as Box<dyn Fn(&E) -> Result<Pairs, lode_raft_store::EngineError>>
+    };
+    vec![
+        (
+            "a scan up to its end",
+            Box::new(|engine: &E| engine.scan(Space::Entries, b"b", Some(b"c"), 100)),
+        ),
+        (
+            "a scan up to its limit",
+            Box::new(|engine: &E| engine.scan(Space::Entries, b"b", None, 5)),
+        ),
+        ("a range read up to its end", ranged(false, 100)),
+        ("a reverse range read down to its start", ranged(true, 100)),
+        ("a range read up to its limit", ranged(false, 5)),
+        ("a reverse range read down to its limit", ranged(true, 5)),
+    ]
+}
+
+/// Scans and range reads stop at their bounds and at their limits. Past
+/// them RocksDB would step over every removed key up to the next live one,
+/// whatever namespace it is in: the queue's claims once did, over the
+/// claimed and overdue keys of every finished message, and cost more with
+/// each message taken (`docs/performance.md`, twenty-third round).
+#[test]
+fn bounded_reads_step_over_no_removed_key_outside_their_range() -> TestResult {
+    use rocksdb::perf::{set_perf_stats, PerfContext, PerfMetric, PerfStatsLevel};
+    let directory = tempfile::tempdir()?;
+    let rocks = RocksEngine::open(directory.path())?;
+    between_removed_keys(&rocks)?;
+    let memory = MemoryEngine::new();
+    between_removed_keys(&memory)?;
+    let live: Vec<&[u8]> = vec![b"b0", b"b1", b"b2", b"b3", b"b4"];
+    let backwards: Vec<&[u8]> = live.iter().rev().copied().collect();
+    let expected = [&live, &live, &live, &backwards, &live, &backwards];
+    let reads = bounded_reads::<RocksEngine>()
+        .into_iter()
+        .zip(bounded_reads::<MemoryEngine>());
+    for (((name, on_rocks), (_, on_memory)), expected) in reads.zip(expected) {
+        set_perf_stats(PerfStatsLevel::EnableCount);
+        let mut context = PerfContext::default();
+        context.reset();
+        let pairs = on_rocks(&rocks);
+        let stepped_over = context.metric(PerfMetric::InternalDeleteSkippedCount);
+        set_perf_stats(PerfStatsLevel::Disable);
+        let pairs = pairs?;
+        assert_eq!(pairs, on_memory(&memory)?, "{name}: both engines answer alike");
+        assert_eq!(&keys(&pairs), expected, "{name}");
+        assert_eq!(stepped_over, 0, "{name} stepped over removed keys outside it");
+    }
+    Ok(())
+}

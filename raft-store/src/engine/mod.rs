@@ -200,10 +200,13 @@ where
     I: Iterator<Item = Result<(Vec<u8>, Vec<u8>), EngineError>>,
 {
     let mut out = Vec::new();
-    for (examined, pair) in pairs.enumerate() {
-        if out.len() >= range.limit || examined >= range.examined_max {
+    // Counted before the next pair is pulled: a pull past the limit could
+    // step over removed keys for nothing.
+    let mut pairs = pairs.take(range.examined_max);
+    while out.len() < range.limit {
+        let Some(pair) = pairs.next() else {
             break;
-        }
+        };
         let (key, value) = pair?;
         let inside = if range.reverse {
             key.as_slice() >= range.start.as_slice()

@@ -598,17 +598,31 @@ impl Engine for RocksEngine {
     fn scan(&self, space: Space, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Pairs, EngineError> {
         let guard = self.read()?;
         let db = guard.as_ref().ok_or_else(Self::closed)?;
-        let mut out = Vec::new();
-        for item in db.iterator_cf(family(db, space)?, IteratorMode::From(start, Direction::Forward)) {
-            if out.len() >= limit {
-                break;
-            }
-            let (key, value) = item?;
-            if end.is_some_and(|end| key.as_ref() >= end) {
-                break;
-            }
-            out.push((key.into_vec(), value.into_vec()));
+        let mut options = rocksdb::ReadOptions::default();
+        if let Some(end) = end {
+            options.set_iterate_upper_bound(end.to_vec());
         }
+        // Never a step past the limit or the bound: past them RocksDB would
+        // step over every removed key up to the next live one, of any
+        // namespace (the queue's claimed and overdue keys, removed by the
+        // thousand, follow its ready ones). The raw iterator, because the
+        // crate's `Iterator` steps on before it hands out a pair.
+        let mut iterator = db.raw_iterator_cf_opt(family(db, space)?, options);
+        iterator.seek(start);
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let (Some(key), Some(value)) = (iterator.key(), iterator.value()) else {
+                break;
+            };
+            if end.is_some_and(|end| key >= end) {
+                break;
+            }
+            out.push((key.to_vec(), value.to_vec()));
+            if out.len() < limit {
+                iterator.next();
+            }
+        }
+        iterator.status()?;
         Ok(out)
     }
 
@@ -634,6 +648,10 @@ impl Engine for RocksEngine {
                 if let Some(key) = range.single_key() {
                     return read_single_key(db, family, &options, key, range, keep);
                 }
+                // Bounded both ways, so the iterator never steps over
+                // removed keys outside the range.
+                options.set_iterate_lower_bound(range.start.clone());
+                options.set_iterate_upper_bound(range.end.clone());
                 let mode = if range.reverse {
                     // Positions at the last key <= end; `end` itself is
                     // excluded below.
