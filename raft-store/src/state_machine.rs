@@ -20,7 +20,7 @@ use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageError, StoredMembership};
 
 use crate::applied_index::AppliedIndex;
-use crate::apply::apply_proposal;
+use crate::apply::{apply_proposal, Carried};
 use crate::command::ProposalOutcome;
 use crate::engine::{run_blocking, Durability, Engine, SavedSnapshot, Space, WriteBatch};
 use crate::entry::SourceId;
@@ -44,6 +44,9 @@ pub struct StateMachineStore<E: Engine> {
     trimmed_events: crate::trimmed_events::TrimmedEvents,
     /// When set, an entry is applied only once the log holds it on disk.
     log_durability: Option<Arc<crate::log_durability::LogDurability>>,
+    /// Where claims search for ready queue messages; back at the start
+    /// when a snapshot replaces the state.
+    ready_floor: crate::queue::ReadyFloor,
 }
 
 /// The last log id of the snapshot on disk, and the lock every snapshot
@@ -253,6 +256,7 @@ impl<E: Engine> StateMachineStore<E> {
             observer: None,
             trimmed_events: Default::default(),
             log_durability: None,
+            ready_floor: crate::queue::ReadyFloor::default(),
         })
     }
 
@@ -288,9 +292,17 @@ impl<E: Engine> StateMachineStore<E> {
         let mut batch = WriteBatch::default();
         let outcome = match &entry.payload {
             EntryPayload::Normal(proposal) => {
-                let clock: u64 = read_meta(self.engine.as_ref(), meta::CLOCK)?.unwrap_or(0);
-                let (outcomes, clock) = apply_proposal(self.engine.as_ref(), &mut batch, proposal, position, clock)?;
-                batch.put(Space::StateMeta, meta::CLOCK.to_vec(), encode("state meta", &clock)?);
+                let mut carried = Carried {
+                    clock_micros: read_meta(self.engine.as_ref(), meta::CLOCK)?.unwrap_or(0),
+                    ready_floor: std::mem::take(&mut self.ready_floor),
+                };
+                let outcomes = apply_proposal(self.engine.as_ref(), &mut batch, proposal, position, &mut carried)?;
+                self.ready_floor = carried.ready_floor;
+                batch.put(
+                    Space::StateMeta,
+                    meta::CLOCK.to_vec(),
+                    encode("state meta", &carried.clock_micros)?,
+                );
                 ProposalOutcome { outcomes }
             }
             EntryPayload::Membership(membership) => {
@@ -449,6 +461,9 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
         meta: &SnapshotMeta<NodeId, Member>,
         snapshot: Box<SnapshotImage>,
     ) -> Result<(), StorageError<NodeId>> {
+        // The state is replaced, in whole or (on a failure) in part: claims
+        // search from the namespace's start again.
+        self.ready_floor = crate::queue::ReadyFloor::default();
         let stored_snapshot = self.stored_snapshot.clone();
         let saved_meta = meta.clone();
         let began = tokio::time::Instant::now();

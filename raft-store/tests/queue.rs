@@ -60,6 +60,37 @@ impl Queue {
         Ok(outcome.result.map_err(|rejection| format!("refused: {rejection}"))?)
     }
 
+    /// Applies one entry of several commands at `time_micros`, as the
+    /// proposer groups them; answers each command's results or refusal.
+    async fn apply_grouped(
+        &mut self,
+        time_micros: u64,
+        commands: Vec<Vec<Operation>>,
+    ) -> Result<Vec<Result<Vec<OperationResult>, String>>, Box<dyn std::error::Error>> {
+        self.index += 1;
+        let commands = commands
+            .into_iter()
+            .map(|operations| {
+                Command::V1(CommandV1 {
+                    op_id: None,
+                    time_micros,
+                    operations,
+                })
+            })
+            .collect();
+        let entry = Entry::<TypeConfig> {
+            log_id: log_id(1, 1, self.index),
+            payload: EntryPayload::Normal(Proposal::new(commands)),
+        };
+        let mut outcomes = self.state.apply([entry]).await?;
+        Ok(outcomes
+            .remove(0)
+            .outcomes
+            .into_iter()
+            .map(|outcome| outcome.result.map_err(|rejection| rejection.to_string()))
+            .collect())
+    }
+
     async fn claim(
         &mut self,
         time_micros: u64,
@@ -131,6 +162,105 @@ async fn messages_come_due_in_delivery_order_and_a_claim_hides_them() -> TestRes
     assert_eq!(payload, b"late");
     assert_eq!(queue.finish(60_000, delivery, true).await?, FinishedAs::Delivered);
     assert_eq!(queue.finish(60_000, delivery, true).await?, FinishedAs::NotClaimed);
+    Ok(())
+}
+
+/// What a claim command answered: the payload and delivery it took.
+fn claimed(result: &Result<Vec<OperationResult>, String>) -> Result<Option<(String, MessageId, u32)>, String> {
+    match result.as_deref() {
+        Ok([OperationResult::Claimed { delivery }]) => Ok(delivery.as_ref().map(|delivery| {
+            (
+                String::from_utf8_lossy(&delivery.payload).into_owned(),
+                delivery.id,
+                delivery.attempt,
+            )
+        })),
+        other => Err(format!("a claim answered {other:?}")),
+    }
+}
+
+fn finished(result: &Result<Vec<OperationResult>, String>) -> Result<FinishedAs, String> {
+    match result.as_deref() {
+        Ok([OperationResult::Finished { finished }]) => Ok(finished.clone()),
+        other => Err(format!("a finish answered {other:?}")),
+    }
+}
+
+const CLAIM: Operation = Operation::ClaimMessage { visibility_ms: 1_000 };
+
+#[tokio::test]
+async fn claims_and_finishes_grouped_in_one_entry_take_distinct_messages() -> TestResult {
+    let mut queue = Queue::new(Arc::new(MemoryEngine::new()))?;
+    let messages = ["a", "b", "c"].map(|payload| enqueue(payload, 0, vec![], vec![]));
+    queue.apply(1_000, messages.to_vec()).await?;
+    // Four claims with an enqueue among them: the first three take the
+    // three messages in order; the last passes over the message enqueued
+    // earlier in its own entry (taking it would write one key twice in
+    // one entry) and finds none. No command is refused.
+    let results = queue
+        .apply_grouped(
+            2_000,
+            vec![
+                vec![CLAIM],
+                vec![CLAIM],
+                vec![enqueue("d", 0, vec![], vec![])],
+                vec![CLAIM],
+                vec![CLAIM],
+            ],
+        )
+        .await?;
+    let taken: Vec<Option<(String, MessageId, u32)>> = [0, 1, 3, 4]
+        .into_iter()
+        .map(|command| claimed(&results[command]))
+        .collect::<Result<_, _>>()?;
+    let payloads: Vec<Option<&str>> = taken
+        .iter()
+        .map(|taken| taken.as_ref().map(|(payload, _, _)| payload.as_str()))
+        .collect();
+    assert_eq!(payloads, vec![Some("a"), Some("b"), Some("c"), None]);
+    let [Some(a), Some(b), Some(c), None] = taken.as_slice() else {
+        return Err("three deliveries".into());
+    };
+    let delivery = |taken: &(String, MessageId, u32)| Operation::FinishMessage {
+        id: taken.1,
+        attempt: taken.2,
+        delivered: true,
+    };
+    // Finishes grouped with claims: a second finish of one message finds
+    // it finished; the claim takes the message passed over before.
+    let results = queue
+        .apply_grouped(
+            3_000,
+            vec![vec![delivery(a)], vec![delivery(a)], vec![CLAIM], vec![delivery(b)]],
+        )
+        .await?;
+    assert_eq!(finished(&results[0])?, FinishedAs::Delivered);
+    assert_eq!(finished(&results[1])?, FinishedAs::NotClaimed);
+    let (payload, d_id, d_attempt) = claimed(&results[2])?.ok_or("d is due")?;
+    assert_eq!(payload, "d");
+    assert_eq!(finished(&results[3])?, FinishedAs::Delivered);
+    // A finish naming the delivery an earlier claim of its own entry makes
+    // is not that claim's to end: no client can know of it yet.
+    queue
+        .apply_grouped(
+            4_000,
+            vec![vec![delivery(c)], vec![delivery(&(payload, d_id, d_attempt))]],
+        )
+        .await?;
+    let enqueued = queue.apply(5_000, vec![enqueue("e", 0, vec![], vec![])]).await?;
+    let [OperationResult::Enqueued { id: e_id }] = enqueued.as_slice() else {
+        return Err(format!("an enqueue answered {enqueued:?}").into());
+    };
+    let guessed = Operation::FinishMessage {
+        id: *e_id,
+        attempt: 1,
+        delivered: true,
+    };
+    let results = queue.apply_grouped(6_000, vec![vec![CLAIM], vec![guessed]]).await?;
+    let (payload, _, _) = claimed(&results[0])?.ok_or("e is due")?;
+    assert_eq!(payload, "e");
+    assert_eq!(finished(&results[1])?, FinishedAs::NotClaimed);
+    assert_eq!(queue.state.reader().next_queue_due_micros()?, None);
     Ok(())
 }
 

@@ -514,8 +514,8 @@ impl Operation {
 
     /// The keys the operation may write, for the proposer's grouping (no
     /// two commands of one log entry write one key), or `None` when they
-    /// are known only at apply (sweeps, range deletes, claims and finishes
-    /// of queue messages): such a command is proposed alone.
+    /// are known only at apply (sweeps, range deletes, failed finishes of
+    /// queue messages): such a command is proposed alone.
     pub fn written_keys(&self) -> Option<Vec<WrittenKey<'_>>> {
         let entry = |namespace, key| WrittenKey::Entry { namespace, key };
         let mut written = Vec::new();
@@ -542,10 +542,20 @@ impl Operation {
             | Operation::StateUpdate { namespace, key, .. }
             | Operation::Take { namespace, key } => written.push(entry(namespace, key)),
             // A check writes nothing; an enqueue writes a key no other
-            // command can name (its id holds the entry's index).
-            Operation::Check { .. } | Operation::Enqueue { .. } => {}
-            Operation::ClaimMessage { .. }
-            | Operation::FinishMessage { .. }
+            // command can name (its id holds the entry's index). A claim
+            // writes the keys of the message it takes, and a delivered
+            // finish those of the message it names, which no other command
+            // of the entry writes: a claim or finish passes over a message
+            // an earlier command of its entry wrote (the state machine's
+            // `apply/queue.rs`), and a second finish of one message finds
+            // it finished and writes nothing.
+            Operation::Check { .. }
+            | Operation::Enqueue { .. }
+            | Operation::ClaimMessage { .. }
+            | Operation::FinishMessage { delivered: true, .. } => {}
+            // A failed delivery may be written to the message's undelivered
+            // keys, which only the stored message names.
+            Operation::FinishMessage { delivered: false, .. }
             | Operation::RequeueOverdue { .. }
             | Operation::SweepExpired { .. }
             | Operation::DeleteRange { .. }
@@ -753,7 +763,18 @@ mod tests {
                 key: b"l"
             }])
         );
-        assert_eq!(Operation::ClaimMessage { visibility_ms: 1 }.written_keys(), None);
+        assert_eq!(
+            Operation::ClaimMessage { visibility_ms: 1 }.written_keys(),
+            Some(vec![])
+        );
+        let finish = |delivered| Operation::FinishMessage {
+            id: MessageId { index: 7, sequence: 0 },
+            attempt: 1,
+            delivered,
+        };
+        assert_eq!(finish(true).written_keys(), Some(vec![]));
+        assert_eq!(finish(false).written_keys(), None);
+        assert_eq!(Operation::RequeueOverdue { messages_max: 1 }.written_keys(), None);
         let check = Operation::Check {
             namespace: "n".to_owned(),
             key: b"k".to_vec(),

@@ -7,6 +7,7 @@ use crate::command::{Encoding, SessionLink};
 use crate::engine::{Engine, Space, WriteBatch};
 use crate::entry::{SourceId, StoredEntry};
 use crate::error::EngineError;
+use crate::queue::ReadyFloor;
 
 /// One entry's apply, command by command.
 pub(crate) struct ApplyContext<'a, E: Engine> {
@@ -19,9 +20,9 @@ pub(crate) struct ApplyContext<'a, E: Engine> {
 }
 
 impl<'a, E: Engine> ApplyContext<'a, E> {
-    pub(super) fn new(engine: &'a E, position: SourceId) -> Self {
+    pub(super) fn new(engine: &'a E, position: SourceId, ready_floor: ReadyFloor) -> Self {
         Self {
-            overlay: Overlay::new(engine),
+            overlay: Overlay::new(engine, ready_floor),
             scratch: WriteBatch::default(),
             position,
             now_micros: 0,
@@ -52,6 +53,21 @@ impl<'a, E: Engine> ApplyContext<'a, E> {
     pub(super) fn discard_command(&mut self) {
         self.scratch = WriteBatch::default();
         self.overlay.discard();
+    }
+
+    /// The floor the entry leaves, for the next entry's apply.
+    pub(super) fn into_ready_floor(self) -> ReadyFloor {
+        self.overlay.into_ready_floor()
+    }
+
+    /// Where a claim's search for ready messages starts.
+    pub(crate) fn ready_floor(&self) -> &ReadyFloor {
+        self.overlay.ready_floor()
+    }
+
+    /// Moves the floor for the current command (kept if it is applied).
+    pub(crate) fn move_ready_floor(&mut self, floor: ReadyFloor) {
+        self.overlay.move_ready_floor(floor);
     }
 
     pub(super) fn overlay(&mut self) -> &mut Overlay<'a, E> {
@@ -142,6 +158,12 @@ impl<'a, E: Engine> ApplyContext<'a, E> {
     /// Keys in `[start, end)` that this entry has read or written.
     pub(crate) fn written_between(&self, start: &[u8], end: &[u8]) -> Vec<Vec<u8>> {
         self.overlay.written_between(start, end)
+    }
+
+    /// Whether an earlier command of this entry wrote or removed the key:
+    /// the current command may not write it again.
+    pub(crate) fn written_by_earlier_command(&self, entry_key: &[u8]) -> bool {
+        self.overlay.written_by_earlier_command(entry_key)
     }
 
     /// The sequence of the next message this entry enqueues.

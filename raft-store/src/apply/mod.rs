@@ -38,17 +38,27 @@ use context::ApplyContext;
 /// whole command; the outer error is a storage failure.
 type Applied = Result<Result<OperationResult, Rejection>, EngineError>;
 
-/// Applies one entry's proposal at `position`. `clock_micros` is the last
-/// applied time; the returned outcomes carry each command's time, and the
-/// last of them is the new clock.
+/// What one entry's apply hands to the next one's.
+#[derive(Debug, Default)]
+pub struct Carried {
+    /// The last applied time (stored with each entry's state).
+    pub clock_micros: u64,
+    /// Where claims search for ready queue messages (in memory only).
+    pub ready_floor: crate::queue::ReadyFloor,
+}
+
+/// Applies one entry's proposal at `position`. `carried.clock_micros` is
+/// the last applied time; the returned outcomes carry each command's time,
+/// and the last of them is the new clock.
 pub fn apply_proposal<E: Engine>(
     engine: &E,
     batch: &mut WriteBatch,
     proposal: &Proposal,
     position: SourceId,
-    clock_micros: u64,
-) -> Result<(Vec<CommandOutcome>, u64), EngineError> {
-    let mut context = ApplyContext::new(engine, position);
+    carried: &mut Carried,
+) -> Result<Vec<CommandOutcome>, EngineError> {
+    let mut context = ApplyContext::new(engine, position, std::mem::take(&mut carried.ready_floor));
+    let clock_micros = carried.clock_micros;
     let mut clock = clock_micros;
     let mut outcomes = Vec::with_capacity(proposal.commands.len());
     let forgotten_before_micros = match proposal.commands.is_empty() {
@@ -69,7 +79,9 @@ pub fn apply_proposal<E: Engine>(
     }
     let changes = std::mem::take(&mut context.overlay().settled_changes);
     change_log::record_changes(engine, batch, changes, position.index, &proposal.retention)?;
-    Ok((outcomes, clock))
+    carried.clock_micros = clock;
+    carried.ready_floor = context.into_ready_floor();
+    Ok(outcomes)
 }
 
 /// Applies one command, or answers its op id's outcome recorded at or

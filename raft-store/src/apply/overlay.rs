@@ -11,6 +11,7 @@ use crate::engine::{Engine, Space, WriteBatch};
 use crate::entry::StoredEntry;
 use crate::error::{decode, encode, EngineError};
 use crate::keys;
+use crate::queue::ReadyFloor;
 
 /// The state as the entry being applied sees it: the engine, plus what the
 /// entry's earlier commands wrote (`settled`), plus what the current command
@@ -31,11 +32,17 @@ pub(super) struct Overlay<'a, E: Engine> {
     pub(super) settled_changes: Vec<Change>,
     /// Queue messages this entry enqueued so far: the next one's sequence.
     enqueued: u32,
+    /// Where claims search for ready messages, as of the settled commands,
+    /// and as the current command moved it.
+    ready_floor: ReadyFloor,
+    pending_ready_floor: Option<ReadyFloor>,
 }
 
 impl<'a, E: Engine> Overlay<'a, E> {
-    pub(super) fn new(engine: &'a E) -> Self {
+    pub(super) fn new(engine: &'a E, ready_floor: ReadyFloor) -> Self {
         Self {
+            ready_floor,
+            pending_ready_floor: None,
             engine,
             settled: BTreeMap::new(),
             pending: BTreeMap::new(),
@@ -54,6 +61,21 @@ impl<'a, E: Engine> Overlay<'a, E> {
         let sequence = self.enqueued;
         self.enqueued = self.enqueued.saturating_add(1);
         sequence
+    }
+
+    /// Where a claim's search for ready messages starts.
+    pub(super) fn ready_floor(&self) -> &ReadyFloor {
+        self.pending_ready_floor.as_ref().unwrap_or(&self.ready_floor)
+    }
+
+    /// Moves the floor for the current command (kept if it is applied).
+    pub(super) fn move_ready_floor(&mut self, floor: ReadyFloor) {
+        self.pending_ready_floor = Some(floor);
+    }
+
+    /// The floor the entry leaves, for the next entry's apply.
+    pub(super) fn into_ready_floor(self) -> ReadyFloor {
+        self.ready_floor
     }
 
     /// Keys in `[start, end)` that this entry has read or written.
@@ -120,6 +142,9 @@ impl<'a, E: Engine> Overlay<'a, E> {
             batch.put(Space::Expiry, keys::expiry_key(expires_at, &entry_key), Vec::new());
         }
         batch.put(Space::Entries, entry_key.clone(), encode("entry", &entry)?);
+        if let Some(lowered) = self.ready_floor().lowered_to(&entry_key) {
+            self.pending_ready_floor = Some(lowered);
+        }
         self.pending.insert(entry_key, Some(entry));
         Ok(())
     }
@@ -154,6 +179,11 @@ impl<'a, E: Engine> Overlay<'a, E> {
         Ok(previous)
     }
 
+    /// Whether a settled command of the entry wrote or removed the key.
+    pub(super) fn written_by_earlier_command(&self, entry_key: &[u8]) -> bool {
+        self.written.contains(entry_key)
+    }
+
     /// The first key the pending command writes that an earlier command of
     /// the entry already wrote.
     pub(super) fn rewritten_key(&self) -> Option<&Vec<u8>> {
@@ -167,10 +197,14 @@ impl<'a, E: Engine> Overlay<'a, E> {
         }
         let changes = std::mem::take(&mut self.pending_changes);
         self.settled_changes.extend(changes);
+        if let Some(floor) = self.pending_ready_floor.take() {
+            self.ready_floor = floor;
+        }
     }
 
     pub(super) fn discard(&mut self) {
         self.pending.clear();
         self.pending_changes.clear();
+        self.pending_ready_floor = None;
     }
 }

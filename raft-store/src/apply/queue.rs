@@ -17,11 +17,7 @@ use crate::entry::StoredEntry;
 use crate::error::{decode, encode, EngineError};
 use crate::keys;
 use crate::limits::QUEUE_DELAY_MS_MAX;
-use crate::queue::{id_bytes, split_timed_key, timed_key, CLAIMED, OVERDUE, READY};
-
-/// How many stored ready messages a claim looks at past ones this entry
-/// already removed.
-const CLAIM_EXAMINED_MAX: usize = 64;
+use crate::queue::{id_bytes, split_timed_key, timed_key, ReadyFloor, CLAIMED, OVERDUE, READY};
 
 #[derive(Serialize, Deserialize)]
 struct StoredMessage {
@@ -70,30 +66,51 @@ pub(super) fn enqueue<E: Engine>(
     Ok(id)
 }
 
-/// The first present entry of a namespace before `end_key`, as this entry
-/// sees it: the engine's keys and this entry's own writes, in order.
-fn first_present<E: Engine>(
+/// The first ready message due by `now_micros` that the current command
+/// may take, as this entry sees it: the engine's keys from the ready floor
+/// on and this entry's own writes, in order. Moves the floor to the first
+/// message found, or to the end of the search when none is.
+///
+/// Claims share log entries, so one entry may take several messages. A
+/// message an earlier command of the entry put here (enqueued, or due again
+/// after a failed delivery) is passed over and left for a later entry:
+/// taking it would write its key twice in one entry, and the claim is then
+/// as if it came before that command.
+fn first_due<E: Engine>(
     context: &mut ApplyContext<'_, E>,
-    namespace: &str,
-    end_key: &[u8],
+    now_micros: u64,
 ) -> Result<Option<(Vec<u8>, StoredEntry)>, EngineError> {
-    let start = keys::namespace_prefix(namespace);
-    let end = keys::entry_key(namespace, end_key);
+    let start = context.ready_floor().start();
+    let end = keys::entry_key(READY, &now_micros.saturating_add(1).to_be_bytes());
+    if start >= end {
+        return Ok(None);
+    }
+    let touched = context.written_between(&start, &end);
+    // Each key this entry touched may hide one stored key from the scan;
+    // past them, the first stored key is present and free to take.
     let mut candidates: Vec<Vec<u8>> = context
         .engine()
-        .scan(Space::Entries, &start, Some(&end), CLAIM_EXAMINED_MAX)?
+        .scan(Space::Entries, &start, Some(&end), touched.len() + 1)?
         .into_iter()
         .map(|(key, _)| key)
         .collect();
-    candidates.extend(context.written_between(&start, &end));
+    candidates.extend(touched);
     candidates.sort();
     candidates.dedup();
+    let mut first_present = None;
+    let mut taken = None;
     for key in candidates {
-        if let Some(entry) = context.get(&key)? {
-            return Ok(Some((key, entry)));
+        let Some(entry) = context.get(&key)? else {
+            continue;
+        };
+        first_present.get_or_insert_with(|| key.clone());
+        if !context.written_by_earlier_command(&key) {
+            taken = Some((key, entry));
+            break;
         }
     }
-    Ok(None)
+    context.move_ready_floor(ReadyFloor::at(first_present.unwrap_or(end)));
+    Ok(taken)
 }
 
 /// A message's payload while it is claimed, as this entry sees it.
@@ -114,8 +131,7 @@ pub(super) fn claim<E: Engine>(
     visibility_ms: u32,
 ) -> Result<Option<QueueDelivery>, EngineError> {
     let now_micros = context.now_micros();
-    let due_end = now_micros.saturating_add(1).to_be_bytes();
-    let Some((ready_key, entry)) = first_present(context, READY, &due_end)? else {
+    let Some((ready_key, entry)) = first_due(context, now_micros)? else {
         return Ok(None);
     };
     let (_, id) = split_timed_key(&ready_key)?;
@@ -149,6 +165,12 @@ pub(super) fn finish<E: Engine>(
     delivered: bool,
 ) -> Result<FinishedAs, EngineError> {
     let claimed_key = keys::entry_key(CLAIMED, &id_bytes(id));
+    // A claim made by an earlier command of this entry is not this finish's
+    // to end: the finish is as if it came before that claim (no client
+    // learns of a claim before its entry is applied).
+    if context.written_by_earlier_command(&claimed_key) {
+        return Ok(FinishedAs::NotClaimed);
+    }
     let Some(entry) = context.get(&claimed_key)? else {
         return Ok(FinishedAs::NotClaimed);
     };
