@@ -265,6 +265,52 @@ async fn claims_and_finishes_grouped_in_one_entry_take_distinct_messages() -> Te
 }
 
 #[tokio::test]
+async fn a_message_written_below_where_claims_last_searched_is_still_claimed() -> TestResult {
+    let mut queue = Queue::new(Arc::new(MemoryEngine::new()))?;
+    // A claim that finds nothing leaves the search's floor past every
+    // message due by its time (5,000 µs).
+    assert_eq!(queue.claim(5_000).await?, None);
+    // An enqueue with an earlier command time is applied at the log's
+    // clock (5,000 µs), so its key sorts below that floor; a retry of a
+    // failed delivery due at once does the same.
+    queue
+        .apply(4_000, vec![enqueue("late clock", 0, vec![0], vec![])])
+        .await?;
+    let (id, payload, attempt) = queue.claim(4_000).await?.ok_or("the message is due")?;
+    assert_eq!((payload.as_slice(), attempt), (&b"late clock"[..], 1));
+    assert_eq!(queue.claim(5_000).await?, None);
+    assert_eq!(
+        queue.finish(5_000, (id, attempt), false).await?,
+        FinishedAs::Retrying {
+            deliver_at_micros: 5_000
+        }
+    );
+    let (_, payload, attempt) = queue.claim(5_000).await?.ok_or("the retry is due")?;
+    assert_eq!((payload.as_slice(), attempt), (&b"late clock"[..], 2));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refused_command_takes_no_message_and_moves_no_search() -> TestResult {
+    let mut queue = Queue::new(Arc::new(MemoryEngine::new()))?;
+    let messages = ["first", "second", "third"].map(|payload| enqueue(payload, 0, vec![], vec![]));
+    queue.apply(1_000, messages.to_vec()).await?;
+    // Two claims, then an operation that is refused: the whole command is.
+    let lost_lease = Operation::RenewLease {
+        namespace: "locks".to_owned(),
+        key: b"held by nobody".to_vec(),
+        holder: "h".to_owned(),
+        token: 1,
+        ttl_micros: 1_000_000,
+    };
+    let results = queue.apply_grouped(2_000, vec![vec![CLAIM, CLAIM, lost_lease]]).await?;
+    assert!(results[0].is_err(), "{results:?}");
+    let (payload, _, attempt) = claimed(&queue.apply_grouped(3_000, vec![vec![CLAIM]]).await?[0])?.ok_or("due")?;
+    assert_eq!((payload.as_str(), attempt), ("first", 1));
+    Ok(())
+}
+
+#[tokio::test]
 async fn failures_retry_per_the_schedule_then_dead_letter_atomically() -> TestResult {
     let mut queue = Queue::new(Arc::new(MemoryEngine::new()))?;
     queue
