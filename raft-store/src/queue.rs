@@ -44,10 +44,12 @@ pub(crate) fn timed_key(namespace: &str, at_micros: u64, id: MessageId) -> Vec<u
     keys::entry_key(namespace, &key)
 }
 
-/// When the next ready message is due, if any.
-pub fn next_due_micros<E: Engine>(engine: &E) -> Result<Option<u64>, EngineError> {
-    let start = keys::namespace_prefix(READY);
-    let end = keys::prefix_end(&start);
+/// When the next ready message is due, if any: searched from the floor
+/// apply last published, so a listener's wait, which asks after every
+/// applied entry, steps over no removed message.
+pub fn next_due_micros<E: Engine>(engine: &E, floor: &PublishedReadyFloor) -> Result<Option<u64>, EngineError> {
+    let start = floor.read().start();
+    let end = keys::prefix_end(&keys::namespace_prefix(READY));
     let first = engine.scan(Space::Entries, &start, end.as_deref(), 1)?;
     first
         .first()
@@ -63,8 +65,9 @@ pub fn has_overdue<E: Engine>(engine: &E, now_micros: u64) -> Result<bool, Engin
 }
 
 /// Where a claim's search for the next due message starts: no stored ready
-/// message is below it. Kept in memory by the state machine, and only by
-/// apply, so it never runs ahead of the state.
+/// message is below it. Kept in memory by the state machine and moved only
+/// by apply; readers see it once the entry that moved it is on the engine
+/// ([`PublishedReadyFloor`]).
 ///
 /// A claim takes the first due message and removes its key, and RocksDB
 /// keeps each removed key as a tombstone until compaction drops it. A scan
@@ -103,5 +106,26 @@ impl ReadyFloor {
     /// A floor at `entry_key`, below which a search found no message.
     pub(crate) fn at(entry_key: Vec<u8>) -> ReadyFloor {
         ReadyFloor { key: Some(entry_key) }
+    }
+}
+
+/// The ready floor as of the last entry written to the engine, shared by
+/// the state machine and its readers.
+///
+/// Published after the entry's batch is written and before the applied
+/// index moves on: a reader that missed a message below the floor it read
+/// had read the applied index before that entry, and a wait for the next
+/// applied entry wakes it to look again.
+#[derive(Clone, Debug, Default)]
+pub struct PublishedReadyFloor(std::sync::Arc<std::sync::Mutex<ReadyFloor>>);
+
+impl PublishedReadyFloor {
+    pub(crate) fn read(&self) -> ReadyFloor {
+        // Every critical section is one clone or one assignment.
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    pub(crate) fn publish(&self, floor: ReadyFloor) {
+        *self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = floor;
     }
 }

@@ -25,6 +25,8 @@ pub struct StateReader<E: Engine> {
     /// Counts the applies that may have changed the auth state (an auth
     /// change, a restored snapshot).
     auth_version: AppliedIndex,
+    /// Where the search for the next due queue message starts.
+    ready_floor: crate::queue::PublishedReadyFloor,
 }
 
 impl<E: Engine> Clone for StateReader<E> {
@@ -33,6 +35,7 @@ impl<E: Engine> Clone for StateReader<E> {
             engine: self.engine.clone(),
             applied: self.applied.clone(),
             auth_version: self.auth_version.clone(),
+            ready_floor: self.ready_floor.clone(),
         }
     }
 }
@@ -93,11 +96,17 @@ pub struct NotCaughtUp {
 }
 
 impl<E: Engine> StateReader<E> {
-    pub(crate) fn new(engine: Arc<E>, applied: AppliedIndex, auth_version: AppliedIndex) -> Self {
+    pub(crate) fn new(
+        engine: Arc<E>,
+        applied: AppliedIndex,
+        auth_version: AppliedIndex,
+        ready_floor: crate::queue::PublishedReadyFloor,
+    ) -> Self {
         Self {
             engine,
             applied,
             auth_version,
+            ready_floor,
         }
     }
 
@@ -319,7 +328,7 @@ impl<E: Engine> StateReader<E> {
 
     /// When the next queue message is due, if any message waits.
     pub fn next_queue_due_micros(&self) -> Result<Option<u64>, EngineError> {
-        crate::queue::next_due_micros(self.engine.as_ref())
+        crate::queue::next_due_micros(self.engine.as_ref(), &self.ready_floor)
     }
 
     /// Whether a claimed queue delivery's visibility has run out.

@@ -44,9 +44,9 @@ pub struct StateMachineStore<E: Engine> {
     trimmed_events: crate::trimmed_events::TrimmedEvents,
     /// When set, an entry is applied only once the log holds it on disk.
     log_durability: Option<Arc<crate::log_durability::LogDurability>>,
-    /// Where claims search for ready queue messages; back at the start
-    /// when a snapshot replaces the state.
-    ready_floor: crate::queue::ReadyFloor,
+    /// Where claims and readers search for ready queue messages; back at
+    /// the start when a snapshot replaces the state.
+    ready_floor: crate::queue::PublishedReadyFloor,
 }
 
 /// The last log id of the snapshot on disk, and the lock every snapshot
@@ -256,7 +256,7 @@ impl<E: Engine> StateMachineStore<E> {
             observer: None,
             trimmed_events: Default::default(),
             log_durability: None,
-            ready_floor: crate::queue::ReadyFloor::default(),
+            ready_floor: crate::queue::PublishedReadyFloor::default(),
         })
     }
 
@@ -281,7 +281,12 @@ impl<E: Engine> StateMachineStore<E> {
 
     /// A read handle that follows this state machine's applied index.
     pub fn reader(&self) -> StateReader<E> {
-        StateReader::new(self.engine.clone(), self.applied.clone(), self.auth_version.clone())
+        StateReader::new(
+            self.engine.clone(),
+            self.applied.clone(),
+            self.auth_version.clone(),
+            self.ready_floor.clone(),
+        )
     }
 
     fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<ProposalOutcome, EngineError> {
@@ -290,14 +295,15 @@ impl<E: Engine> StateMachineStore<E> {
             index: entry.log_id.index,
         };
         let mut batch = WriteBatch::default();
+        let mut ready_floor = None;
         let outcome = match &entry.payload {
             EntryPayload::Normal(proposal) => {
                 let mut carried = Carried {
                     clock_micros: read_meta(self.engine.as_ref(), meta::CLOCK)?.unwrap_or(0),
-                    ready_floor: std::mem::take(&mut self.ready_floor),
+                    ready_floor: self.ready_floor.read(),
                 };
                 let outcomes = apply_proposal(self.engine.as_ref(), &mut batch, proposal, position, &mut carried)?;
-                self.ready_floor = carried.ready_floor;
+                ready_floor = Some(carried.ready_floor);
                 batch.put(
                     Space::StateMeta,
                     meta::CLOCK.to_vec(),
@@ -324,6 +330,10 @@ impl<E: Engine> StateMachineStore<E> {
         // Buffered: the log is synced, so a lost apply is re-applied from it
         // on restart; `open` covers the case where the log was purged.
         self.engine.write(batch, Durability::Buffered)?;
+        // Once the entry is on the engine, before the applied index moves.
+        if let Some(ready_floor) = ready_floor {
+            self.ready_floor.publish(ready_floor);
+        }
         if changes_auth(&entry.payload) {
             self.auth_version.set(self.auth_version.get().wrapping_add(1));
         }
@@ -463,7 +473,7 @@ impl<E: Engine> RaftStateMachine<TypeConfig> for StateMachineStore<E> {
     ) -> Result<(), StorageError<NodeId>> {
         // The state is replaced, in whole or (on a failure) in part: claims
         // search from the namespace's start again.
-        self.ready_floor = crate::queue::ReadyFloor::default();
+        self.ready_floor.publish(crate::queue::ReadyFloor::default());
         let stored_snapshot = self.stored_snapshot.clone();
         let saved_meta = meta.clone();
         let began = tokio::time::Instant::now();

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use lode_raft_store::command::{
     Command, CommandV1, Encoding, EnqueueOptions, FinishedAs, MessageId, Operation, OperationResult, Proposal,
 };
-use lode_raft_store::{MemoryEngine, StateMachineStore, TypeConfig};
+use lode_raft_store::{Engine, MemoryEngine, RocksEngine, StateMachineStore, TypeConfig};
 use openraft::storage::RaftStateMachine;
 use openraft::testing::log_id;
 use openraft::{Entry, EntryPayload};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-struct Queue {
-    state: StateMachineStore<MemoryEngine>,
+struct Queue<E: Engine = MemoryEngine> {
+    state: StateMachineStore<E>,
     index: u64,
 }
 
@@ -32,8 +32,8 @@ fn enqueue(payload: &str, deliver_at_micros: u64, schedule_ms: Vec<u32>, keys: V
     }
 }
 
-impl Queue {
-    fn new(engine: Arc<MemoryEngine>) -> Result<Self, Box<dyn std::error::Error>> {
+impl<E: Engine> Queue<E> {
+    fn new(engine: Arc<E>) -> Result<Self, Box<dyn std::error::Error>> {
         Ok(Self {
             state: StateMachineStore::open(engine)?,
             index: 0,
@@ -307,6 +307,62 @@ async fn a_refused_command_takes_no_message_and_moves_no_search() -> TestResult 
     assert!(results[0].is_err(), "{results:?}");
     let (payload, _, attempt) = claimed(&queue.apply_grouped(3_000, vec![vec![CLAIM]]).await?[0])?.ok_or("due")?;
     assert_eq!((payload.as_str(), attempt), ("first", 1));
+    Ok(())
+}
+
+/// Messages taken and finished in the run below.
+const MESSAGES_TAKEN: usize = 2_000;
+
+/// Removed keys RocksDB steps over while `work` runs on this thread.
+async fn removed_keys_stepped_over<T>(work: impl std::future::Future<Output = T>) -> (T, u64) {
+    use rocksdb::perf::{set_perf_stats, PerfContext, PerfMetric, PerfStatsLevel};
+    set_perf_stats(PerfStatsLevel::EnableCount);
+    let mut context = PerfContext::default();
+    context.reset();
+    let result = work.await;
+    let stepped_over = context.metric(PerfMetric::InternalDeleteSkippedCount);
+    set_perf_stats(PerfStatsLevel::Disable);
+    (result, stepped_over)
+}
+
+/// On RocksDB a taken message leaves its removed keys behind until
+/// compaction. Neither the next claim nor a listener's question of when the
+/// next message is due steps over those of the messages taken before: each
+/// would cost more than the one before it (`docs/performance.md`,
+/// twenty-third round).
+#[tokio::test(flavor = "current_thread")]
+async fn claims_and_due_times_step_over_no_message_taken_before() -> TestResult {
+    let directory = tempfile::tempdir()?;
+    let mut queue = Queue::new(Arc::new(RocksEngine::open(directory.path())?))?;
+    let enqueues = (0..=MESSAGES_TAKEN)
+        .map(|_| vec![enqueue("job", 0, vec![], vec![])])
+        .collect();
+    queue.apply_grouped(1_000, enqueues).await?;
+    for _ in 0..MESSAGES_TAKEN / 100 {
+        let results = queue.apply_grouped(2_000, vec![vec![CLAIM]; 100]).await?;
+        let finishes = results
+            .iter()
+            .map(|result| {
+                let (_, id, attempt) = claimed(result)?.ok_or("a message is due")?;
+                Ok(vec![Operation::FinishMessage {
+                    id,
+                    attempt,
+                    delivered: true,
+                }])
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        queue.apply_grouped(3_000, finishes).await?;
+    }
+    let reader = queue.state.reader();
+    let (due, stepped_over) = removed_keys_stepped_over(async { reader.next_queue_due_micros() }).await;
+    assert_eq!(due?, Some(1_000), "the last message is due");
+    assert!(
+        stepped_over <= 1,
+        "asking when the next message is due stepped over {stepped_over} removed keys"
+    );
+    let (last, stepped_over) = removed_keys_stepped_over(queue.claim(4_000)).await;
+    assert!(last?.is_some(), "the last message is claimed");
+    assert!(stepped_over <= 1, "the claim stepped over {stepped_over} removed keys");
     Ok(())
 }
 
