@@ -94,11 +94,12 @@ impl ReadyFloor {
     }
 
     /// The floor once `entry_key` is written: a ready key below the floor
-    /// lowers it.
+    /// lowers it. Asked at every write apply makes, so it allocates nothing
+    /// unless the floor moves.
     pub(crate) fn lowered_to(&self, entry_key: &[u8]) -> Option<ReadyFloor> {
-        let prefix = keys::namespace_prefix(READY);
-        let below = entry_key.starts_with(&prefix) && entry_key < self.start().as_slice();
-        below.then(|| ReadyFloor {
+        // At the namespace's start, no ready key is below the floor.
+        let floor = self.key.as_deref()?;
+        (entry_key < floor && is_ready_key(entry_key)).then(|| ReadyFloor {
             key: Some(entry_key.to_vec()),
         })
     }
@@ -107,6 +108,15 @@ impl ReadyFloor {
     pub(crate) fn at(entry_key: Vec<u8>) -> ReadyFloor {
         ReadyFloor { key: Some(entry_key) }
     }
+}
+
+/// Whether a stored entry key is in the ready namespace
+/// (`keys::entry_key(READY, ..)`).
+fn is_ready_key(entry_key: &[u8]) -> bool {
+    let length = (READY.len() as u16).to_be_bytes();
+    entry_key
+        .strip_prefix(&length[..])
+        .is_some_and(|rest| rest.starts_with(READY.as_bytes()))
 }
 
 /// The ready floor as of the last entry written to the engine, shared by
