@@ -22,9 +22,10 @@
 //! a member refuses a write that may grow the state once the volume's free
 //! space, read before the member serves and every second after, less three
 //! times the writes let through since (the log, the state's write-ahead
-//! log, a table file), is under it (`disk_full`). RocksDB then never meets a full disk on the write path,
-//! where a failed write stops Raft; the followers hold the same data. Like
-//! the quota, it needs no reset: writes resume once the space is back.
+//! log, a table file), is under it (`disk_full`). RocksDB then never
+//! meets a full disk on the write path, where a failed write stops Raft;
+//! the followers hold the same data. Like the quota, it needs no reset:
+//! writes resume once the space is back.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

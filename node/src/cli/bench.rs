@@ -224,10 +224,12 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
             Client::with_options(arguments.endpoints.starting_at(first), options.clone())
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // Worker n renews the n-th lease.
     let mut leases = match arguments.workload {
         Workload::LeaseRenew => acquire_leases(&arguments, &clients).await?,
         _ => Vec::new(),
-    };
+    }
+    .into_iter();
     let started = tokio::time::Instant::now();
     let deadline = started + arguments.duration;
     let mut workers = Vec::new();
@@ -239,7 +241,7 @@ pub async fn run(arguments: BenchArguments) -> Result<(), anyhow::Error> {
         let client = Worker {
             client: clients[worker % connections].clone(),
             http,
-            lease: leases.get_mut(worker).and_then(Option::take),
+            lease: leases.next(),
             arguments: arguments.clone(),
             counters: counters.clone(),
             values: values.clone(),
@@ -663,10 +665,7 @@ async fn prefill_deno(arguments: &Arc<BenchArguments>, values: &Values) -> Resul
 
 /// Takes the lease each client of `lease-renew` renews, all at once, before
 /// the run: taking them is not measured.
-async fn acquire_leases(
-    arguments: &Arc<BenchArguments>,
-    clients: &[Client],
-) -> Result<Vec<Option<HeldLease>>, anyhow::Error> {
+async fn acquire_leases(arguments: &Arc<BenchArguments>, clients: &[Client]) -> Result<Vec<HeldLease>, anyhow::Error> {
     let run = lode_client::facade::random_u128() as u64;
     let mut tasks = Vec::new();
     for worker in 0..arguments.clients {
@@ -675,7 +674,7 @@ async fn acquire_leases(
     }
     let mut leases = Vec::new();
     for task in tasks {
-        leases.push(Some(task.await??));
+        leases.push(task.await??);
     }
     Ok(leases)
 }

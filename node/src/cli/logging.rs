@@ -4,10 +4,10 @@
 //!
 //! A member's normal start logs no ERROR and no WARN: founders start one
 //! by one, and until the last is up openraft logs each vote request to it
-//! that fails or times out at ERROR. Under load, it also logs at ERROR each peer that
-//! did not confirm the leadership for a linearizable read within a
-//! heartbeat interval; the read itself is answered `unavailable` (or
-//! served, by a quorum of the others), and no one needs paging. The
+//! that fails or times out at ERROR. Under load, it also logs at ERROR
+//! each peer that did not confirm the leadership for a linearizable read
+//! within a heartbeat interval; the read itself is answered `unavailable`
+//! (or served, by a quorum of the others), and no one needs paging. The
 //! network layer already reports an unreachable peer once, at WARN, so
 //! these openraft events are dropped here.
 
