@@ -134,6 +134,13 @@ pub(super) fn record_changes<E: Engine>(
 /// trims the oldest events (at most `change_trim_per_apply_max`) while it
 /// is over the limit, by moving the trimmed-through position past them;
 /// answers the new count and bytes.
+///
+/// The oldest events are walked once, in place: only their sizes count.
+/// Reading them in scans sized by the events over the limit read them one
+/// at a time, each behind a new iterator's seek, whenever the bytes were
+/// the limit that ran over (values of a few KiB); that was 9% of a
+/// follower's CPU under 4 KiB puts (`docs/performance.md`, twenty-fourth
+/// round).
 fn trim_oldest<E: Engine>(
     engine: &E,
     batch: &mut WriteBatch,
@@ -148,32 +155,17 @@ fn trim_oldest<E: Engine>(
     if !over_slack {
         return Ok((count, bytes));
     }
-    // Events before the start may still be stored; they were trimmed.
-    let mut start = first_live_key(engine)?;
     let mut trimmed_through = None;
     let mut trimmed = 0;
-    while over(count, bytes) && trimmed < CHANGE_TRIM_PER_APPLY_MAX {
-        // Read only about as many as must go; bytes over the limit are
-        // trimmed in small steps.
-        let wanted = count
-            .saturating_sub(retention.change_events_max)
-            .clamp(1, CHANGE_TRIM_SLACK_EVENTS_MAX) as usize;
-        let oldest = engine.scan(Space::ChangeLog, &start, None, wanted)?;
-        if oldest.is_empty() {
-            break;
-        }
-        for (key, value) in oldest {
-            if !over(count, bytes) {
-                break;
-            }
-            count -= 1;
-            bytes = bytes.saturating_sub(value.len() as u64);
-            trimmed += 1;
-            trimmed_through = keys::split_change_key(&key);
-            start = key;
-            start.push(0);
-        }
-    }
+    // Events before the first live key may still be stored; they were
+    // trimmed.
+    engine.walk(Space::ChangeLog, &first_live_key(engine)?, &mut |key, value| {
+        count = count.saturating_sub(1);
+        bytes = bytes.saturating_sub(value.len() as u64);
+        trimmed += 1;
+        trimmed_through = keys::split_change_key(key);
+        over(count, bytes) && trimmed < CHANGE_TRIM_PER_APPLY_MAX
+    })?;
     if let Some(through) = trimmed_through {
         batch.put(
             Space::StateMeta,

@@ -196,6 +196,18 @@ impl Engine for MemoryEngine {
             .collect())
     }
 
+    fn walk(&self, space: Space, start: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), EngineError> {
+        let state = self.lock();
+        if let Some(map) = state.current.get(space.name()) {
+            for (key, value) in map.range::<[u8], _>((Bound::Included(start), Bound::Unbounded)) {
+                if !visit(key, value) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn read_ranges(
         &self,
         space: Space,

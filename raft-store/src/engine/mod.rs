@@ -255,6 +255,13 @@ pub trait Engine: Send + Sync + 'static {
     /// The last pair of a space, if any.
     fn last(&self, space: Space) -> Result<Option<Pair>, EngineError>;
 
+    /// Hands `visit` the pairs with `start <= key`, in key order and
+    /// without copying them, while it answers true and the space lasts:
+    /// `visit` is the bound. No step is taken past the pair it answered
+    /// false to. `visit` must not call the engine. Meant for one pass over
+    /// pairs not read again soon: what it reads is not kept in a cache.
+    fn walk(&self, space: Space, start: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), EngineError>;
+
     /// Several ranges read from one consistent view of the engine: for each,
     /// the pairs `keep` accepts, in key order (descending when reversed),
     /// at most `limit` of them after examining at most `examined_max`.

@@ -626,6 +626,25 @@ impl Engine for RocksEngine {
         Ok(out)
     }
 
+    fn walk(&self, space: Space, start: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), EngineError> {
+        let guard = self.read()?;
+        let db = guard.as_ref().ok_or_else(Self::closed)?;
+        // A walk reads each pair once: its blocks would only push the ones
+        // point reads come back to out of the small cache.
+        let mut options = rocksdb::ReadOptions::default();
+        options.fill_cache(false);
+        let mut iterator = db.raw_iterator_cf_opt(family(db, space)?, options);
+        iterator.seek(start);
+        while let (Some(key), Some(value)) = (iterator.key(), iterator.value()) {
+            if !visit(key, value) {
+                break;
+            }
+            iterator.next();
+        }
+        iterator.status()?;
+        Ok(())
+    }
+
     fn read_ranges(
         &self,
         space: Space,

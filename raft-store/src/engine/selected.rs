@@ -95,6 +95,13 @@ impl Engine for SelectedEngine {
         }
     }
 
+    fn walk(&self, space: Space, start: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), EngineError> {
+        match self {
+            SelectedEngine::Rocks(engine) => engine.walk(space, start, visit),
+            SelectedEngine::Memory(engine) => engine.walk(space, start, visit),
+        }
+    }
+
     fn write(&self, batch: WriteBatch, durability: Durability) -> Result<(), EngineError> {
         match self {
             SelectedEngine::Rocks(engine) => engine.write(batch, durability),
