@@ -413,32 +413,26 @@ impl<E: Engine> StateReader<E> {
         let mut start = keys::change_key(after.0, after.1).to_vec();
         start.push(0);
         let limit = limit.clamp(1, CHANGES_PAGE_EVENTS_MAX);
-        let examined = self
-            .engine
-            .scan(Space::ChangeLog, &start, None, SCAN_EXAMINED_ENTRIES_MAX)?;
         let mut page = ChangesPage {
             events: Vec::new(),
             resume_after: after,
         };
-        for (key, value) in examined {
-            let position = keys::split_change_key(&key)
-                .ok_or_else(|| EngineError::corrupt("change log key", "shorter than 12 bytes"))?;
-            let event: ChangeEvent = decode("change event", &value)?;
-            // Checked after reading back: the key and the event agree.
-            if event.position() != position {
-                return Err(EngineError::corrupt(
-                    "change event",
-                    format!("key {position:?} holds {:?}", event.position()),
-                ));
-            }
-            page.resume_after = position;
-            if event.namespace.starts_with(namespace_prefix) {
-                page.events.push(event);
-                if page.events.len() == limit {
-                    break;
+        // Walked in place, up to the event that fills the page: a scan of
+        // the events a page may examine read and copied up to 10,000 of
+        // them for a reader catching up, whatever the page's limit.
+        let mut examined = 0;
+        let mut failure = Ok(());
+        self.engine.walk(Space::ChangeLog, &start, &mut |key, value| {
+            examined += 1;
+            match add_to_page(&mut page, key, value, namespace_prefix) {
+                Ok(()) => page.events.len() < limit && examined < SCAN_EXAMINED_ENTRIES_MAX,
+                Err(error) => {
+                    failure = Err(error);
+                    false
                 }
             }
-        }
+        })?;
+        failure?;
         Ok(Ok(page))
     }
 
@@ -459,4 +453,24 @@ impl<E: Engine> StateReader<E> {
         let end = now_micros.saturating_add(1).to_be_bytes();
         Ok(self.engine.scan(Space::Expiry, &[], Some(&end), count_max)?.len())
     }
+}
+
+/// Moves `page` past the stored change event `key`/`value`, and keeps the
+/// event when its namespace starts with `namespace_prefix`.
+fn add_to_page(page: &mut ChangesPage, key: &[u8], value: &[u8], namespace_prefix: &str) -> Result<(), EngineError> {
+    let position =
+        keys::split_change_key(key).ok_or_else(|| EngineError::corrupt("change log key", "shorter than 12 bytes"))?;
+    let event: ChangeEvent = decode("change event", value)?;
+    // Checked after reading back: the key and the event agree.
+    if event.position() != position {
+        return Err(EngineError::corrupt(
+            "change event",
+            format!("key {position:?} holds {:?}", event.position()),
+        ));
+    }
+    page.resume_after = position;
+    if event.namespace.starts_with(namespace_prefix) {
+        page.events.push(event);
+    }
+    Ok(())
 }

@@ -1030,3 +1030,40 @@ async fn a_namespace_listing_past_its_limit_is_refused_not_cut() -> TestResult {
     assert_eq!(part, names[..10].to_vec());
     Ok(())
 }
+
+/// A page of the change feed reads the events it hands out and passes
+/// over, and no more: it once read every event it might examine (up to
+/// 10,000, values and all) behind a reader catching up, for a page of a few.
+#[tokio::test]
+async fn a_changes_page_reads_no_event_past_the_one_that_fills_it() -> TestResult {
+    use rocksdb::perf::{set_perf_stats, PerfContext, PerfMetric, PerfStatsLevel};
+    let directory = tempfile::tempdir()?;
+    let mut state = StateMachineStore::open(Arc::new(RocksEngine::open(directory.path())?))?;
+    let reader = state.reader();
+    let value = "v".repeat(1024);
+    let sets = (0..200)
+        .map(|key| set(&format!("key-{key:03}"), &value, None))
+        .collect();
+    apply_one(&mut state, entry(1, 1_000, None, sets)).await?;
+    // The events are still in the memtable: each step a read takes over
+    // them is a step of the memtable's iterator.
+    let mut steps = Vec::new();
+    for limit in [5, 200] {
+        set_perf_stats(PerfStatsLevel::EnableCount);
+        let mut context = PerfContext::default();
+        context.reset();
+        let page = reader.changes((0, 0), limit, "");
+        steps.push(context.metric(PerfMetric::NextOnMemtableCount));
+        set_perf_stats(PerfStatsLevel::Disable);
+        let page = page?.map_err(|compacted| format!("{compacted:?}"))?;
+        assert_eq!(page.events.len(), limit);
+        assert_eq!(page.resume_after, (1, limit as u32 - 1));
+    }
+    assert!(steps[0] < 5, "a page of 5 stepped over {} events", steps[0]);
+    assert!(
+        steps[1] >= 199,
+        "the count can tell: a page of 200 stepped {} times",
+        steps[1]
+    );
+    Ok(())
+}
