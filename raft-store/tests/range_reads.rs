@@ -218,6 +218,19 @@ fn bounded_reads<E: Engine>() -> Vec<(
     ]
 }
 
+/// What `read` answers, and how many times RocksDB counted `metric` in
+/// this thread while it ran.
+fn counted<T>(metric: rocksdb::perf::PerfMetric, read: impl FnOnce() -> T) -> (T, u64) {
+    use rocksdb::perf::{set_perf_stats, PerfContext, PerfStatsLevel};
+    set_perf_stats(PerfStatsLevel::EnableCount);
+    let mut context = PerfContext::default();
+    context.reset();
+    let answer = read();
+    let count = context.metric(metric);
+    set_perf_stats(PerfStatsLevel::Disable);
+    (answer, count)
+}
+
 /// Scans and range reads stop at their bounds and at their limits. Past
 /// them RocksDB would step over every removed key up to the next live one,
 /// whatever namespace it is in: the queue's claims once did, over the
@@ -225,7 +238,6 @@ fn bounded_reads<E: Engine>() -> Vec<(
 /// each message taken (`docs/performance.md`, twenty-third round).
 #[test]
 fn bounded_reads_step_over_no_removed_key_outside_their_range() -> TestResult {
-    use rocksdb::perf::{set_perf_stats, PerfContext, PerfMetric, PerfStatsLevel};
     let directory = tempfile::tempdir()?;
     let rocks = RocksEngine::open(directory.path())?;
     between_removed_keys(&rocks)?;
@@ -238,12 +250,9 @@ fn bounded_reads_step_over_no_removed_key_outside_their_range() -> TestResult {
         .into_iter()
         .zip(bounded_reads::<MemoryEngine>());
     for (((name, on_rocks), (_, on_memory)), expected) in reads.zip(expected) {
-        set_perf_stats(PerfStatsLevel::EnableCount);
-        let mut context = PerfContext::default();
-        context.reset();
-        let pairs = on_rocks(&rocks);
-        let stepped_over = context.metric(PerfMetric::InternalDeleteSkippedCount);
-        set_perf_stats(PerfStatsLevel::Disable);
+        let (pairs, stepped_over) = counted(rocksdb::perf::PerfMetric::InternalDeleteSkippedCount, || {
+            on_rocks(&rocks)
+        });
         let pairs = pairs?;
         assert_eq!(pairs, on_memory(&memory)?, "{name}: both engines answer alike");
         assert_eq!(&keys(&pairs), expected, "{name}");
@@ -290,7 +299,6 @@ fn a_walk_hands_out_pairs_in_order_until_its_visitor_stops_it() -> TestResult {
 /// (`docs/performance.md`, twenty-fourth round).
 #[test]
 fn a_walk_leaves_the_block_cache_as_it_found_it() -> TestResult {
-    use rocksdb::perf::{set_perf_stats, PerfContext, PerfMetric, PerfStatsLevel};
     let directory = tempfile::tempdir()?;
     let rocks = RocksEngine::open(directory.path())?;
     let mut batch = WriteBatch::default();
@@ -310,12 +318,10 @@ fn a_walk_leaves_the_block_cache_as_it_found_it() -> TestResult {
     // second finds those the first left there.
     let mut cache_hits = Vec::new();
     for _ in 0..2 {
-        set_perf_stats(PerfStatsLevel::EnableCount);
-        let mut context = PerfContext::default();
-        context.reset();
-        let pairs = rocks.scan(Space::ChangeLog, &[], None, 512);
-        cache_hits.push(context.metric(PerfMetric::BlockCacheHitCount));
-        set_perf_stats(PerfStatsLevel::Disable);
+        let (pairs, hits) = counted(rocksdb::perf::PerfMetric::BlockCacheHitCount, || {
+            rocks.scan(Space::ChangeLog, &[], None, 512)
+        });
+        cache_hits.push(hits);
         assert_eq!(pairs?.len(), 512);
     }
     assert_eq!(cache_hits[0], 0, "the walk left blocks in the cache");

@@ -135,11 +135,12 @@ pub(super) fn record_changes<E: Engine>(
 /// is over the limit, by moving the trimmed-through position past them;
 /// answers the new count and bytes.
 ///
-/// The oldest events are walked once, in place: only their sizes count.
-/// Reading them in scans sized by the events over the limit read them one
-/// at a time, each behind a new iterator's seek, whenever the bytes were
-/// the limit that ran over (values of a few KiB); that was 9% of a
-/// follower's CPU under 4 KiB puts (`docs/performance.md`, twenty-fourth
+/// The oldest events are walked once, in place, outside the block cache:
+/// only their sizes count. Scans sized by the events over the limit read
+/// them one at a time, each behind a new seek, whenever the bytes were the
+/// limit that ran over (values of a few KiB), and their blocks pushed the
+/// ones apply's point reads come back to out of the cache: the members
+/// spent 6% more CPU per 4 KiB put (`docs/performance.md`, twenty-fourth
 /// round).
 fn trim_oldest<E: Engine>(
     engine: &E,
