@@ -1,8 +1,9 @@
 //! The `rpc` framing over real TCP on 127.0.0.1: answers find their calls
 //! whatever order they finish in, a dropped call is cancelled on the
 //! server, a lost connection fails the calls waiting on it, a malformed
-//! frame ends only its connection, the in-flight limit is named, and calls
-//! or answers ready together share a write.
+//! frame ends only its connection, the in-flight limit is named, calls
+//! or answers ready together share a write, and calls go on to their end
+//! while a client that does not read holds their answers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -421,9 +422,10 @@ async fn wait_for_release(release: &Notify, started: &mpsc::UnboundedSender<()>)
 }
 
 /// Calls that finish together, as a commit's do, are answered in a few
-/// writes, not one each. On one worker, a call's task that finishes wakes
-/// the connection's task, which the runtime runs next, before the other
-/// finished calls: without a yield it wrote every answer alone (32 writes).
+/// writes, not one each. When calls ran as tasks of their own, on one
+/// worker the first to finish woke the connection's task, which the
+/// runtime ran next, before the other finished calls: without a yield it
+/// wrote every answer alone (32 writes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn answers_finishing_together_share_a_write() {
     const CALLS: usize = 32;
@@ -509,4 +511,107 @@ async fn calls_made_together_share_a_write() {
     expect_answers(calls, |index| index.to_string()).await;
     let writes = writes.load(std::sync::atomic::Ordering::SeqCst);
     assert!(writes <= CALLS / 4, "{CALLS} calls made together took {writes} writes");
+}
+
+/// A server stream that says when a write first finds the connection full.
+struct StallReporting {
+    inner: TcpStream,
+    stalled: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl tokio::io::AsyncRead for StallReporting {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buffer: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(context, buffer)
+    }
+}
+
+impl tokio::io::AsyncWrite for StallReporting {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let written = std::pin::Pin::new(&mut self.inner).poll_write(context, bytes);
+        if written.is_pending() {
+            if let Some(stalled) = self.stalled.take() {
+                let _ = stalled.send(());
+            }
+        }
+        written
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(context)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(context)
+    }
+}
+
+/// A client that stops reading its answers holds none of the server's
+/// calls: a call that can finish does, and gives back what it holds (its
+/// place on the port among them), while answers wait to be written.
+#[tokio::test]
+async fn calls_finish_while_answers_wait_for_a_client_that_does_not_read() {
+    /// Enough answers of this size to fill both ends' socket buffers.
+    const ANSWER_BYTES: usize = 1 << 20;
+    const LARGE_CALLS: u64 = 48;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding 127.0.0.1:0");
+    let address = listener.local_addr().expect("listener address");
+    let release = Arc::new(Notify::new());
+    let (finished_sender, mut finished) = mpsc::unbounded_channel::<()>();
+    let handler: Handler<String, String> = Arc::new({
+        let release = release.clone();
+        move |request: String| {
+            let release = release.clone();
+            let finished = finished_sender.clone();
+            Box::pin(async move {
+                if request == "hold" {
+                    release.notified().await;
+                    let _ = finished.send(());
+                    return Ok(String::new());
+                }
+                Ok("x".repeat(ANSWER_BYTES))
+            })
+        }
+    });
+    let (stalled_sender, stalled) = tokio::sync::oneshot::channel();
+    let server = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.expect("accepting the test's connection");
+        let stream = StallReporting {
+            inner: stream,
+            stalled: Some(stalled_sender),
+        };
+        rpc::serve_connection(Box::new(stream) as Box<dyn ByteStream>, handler, limits()).await;
+    });
+    let (unread, mut requests) = TcpStream::connect(address)
+        .await
+        .expect("connecting to the test server")
+        .into_split();
+    let mut frames = Vec::new();
+    for id in 0..=LARGE_CALLS {
+        let request = if id == 0 { "hold" } else { "large" }.to_owned();
+        let frame = lode_types::binary::encode(&rpc::ClientFrame::Call { id, request }).expect("encoding a call");
+        frames.extend_from_slice(&u32::try_from(frame.len()).expect("a small frame").to_be_bytes());
+        frames.extend_from_slice(&frame);
+    }
+    requests.write_all(&frames).await.expect("sending the calls");
+    within("the server's writes to find the connection full", stalled)
+        .await
+        .expect("the server's stream");
+    release.notify_one();
+    within("the held call to finish", finished.recv()).await;
+    drop((unread, requests));
+    within("the connection to end", server).await.expect("server task");
 }
