@@ -2,8 +2,9 @@
 //! whatever order they finish in, a dropped call is cancelled on the
 //! server, a lost connection fails the calls waiting on it, a malformed
 //! frame ends only its connection, the in-flight limit is named, calls
-//! or answers ready together share a write, and calls go on to their end
-//! while a client that does not read holds their answers.
+//! or answers ready together share a write, calls go on to their end
+//! while a client that does not read holds their answers, and a call
+//! dropped half written leaves the connection whole.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -183,7 +184,7 @@ async fn a_lost_connection_fails_waiting_calls_and_later_ones() {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding 127.0.0.1:0");
     let address = listener.local_addr().expect("address").to_string();
     let (dropped_sender, mut dropped) = mpsc::unbounded_channel();
-    let (started_sender, _started) = mpsc::unbounded_channel();
+    let (started_sender, mut started) = mpsc::unbounded_channel();
     let serving = tokio::spawn(async move {
         let (stream, _) = listener.accept().await.expect("accept");
         rpc::serve_connection(
@@ -199,7 +200,10 @@ async fn a_lost_connection_fails_waiting_calls_and_later_ones() {
         async move { channel.call("hang:forever".to_owned()).await }
     });
     // Wait until the call runs on the server, then kill the server's side.
-    assert_eq!(channel.call("echo:ready".to_owned()).await.expect("echo"), "ready");
+    assert_eq!(
+        within("the call to start", started.recv()).await.as_deref(),
+        Some("hang:forever")
+    );
     serving.abort();
     let outcome = within("the waiting call to fail", waiting).await.expect("task");
     assert!(matches!(outcome, Err(RpcError::Shutdown)), "{outcome:?}");
@@ -613,5 +617,72 @@ async fn calls_finish_while_answers_wait_for_a_client_that_does_not_read() {
     release.notify_one();
     within("the held call to finish", finished.recv()).await;
     drop((unread, requests));
+    within("the connection to end", server).await.expect("server task");
+}
+
+/// A call dropped while its request is half written leaves the connection
+/// whole: the rest of the request goes out ahead of anything written after
+/// it, so the server reads whole frames, and later calls are answered.
+#[tokio::test]
+async fn a_call_dropped_while_its_request_is_half_written_leaves_the_connection_whole() {
+    /// More than the two ends' socket buffers hold, so the write stalls.
+    const REQUEST_BYTES: usize = 32 << 20;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding 127.0.0.1:0");
+    let address = listener.local_addr().expect("listener address");
+    let (dropped_sender, mut dropped) = mpsc::unbounded_channel();
+    let (started_sender, _started) = mpsc::unbounded_channel();
+    // The server reads nothing until told: the kernel completes the
+    // connection, and the bytes wait in its buffers.
+    let serve = Arc::new(Notify::new());
+    let server = tokio::spawn({
+        let serve = serve.clone();
+        async move {
+            serve.notified().await;
+            let (stream, _) = listener.accept().await.expect("accepting the test's connection");
+            let limits = rpc::ServerLimits {
+                frame_bytes_max: 2 * REQUEST_BYTES,
+                ..limits()
+            };
+            rpc::serve_connection(
+                Box::new(stream) as Box<dyn ByteStream>,
+                handler(dropped_sender, started_sender),
+                limits,
+            )
+            .await;
+        }
+    });
+    let (stalled_sender, stalled) = tokio::sync::oneshot::channel();
+    let stream = StallReporting {
+        inner: TcpStream::connect(address)
+            .await
+            .expect("connecting to the test server"),
+        stalled: Some(stalled_sender),
+    };
+    let channel: Channel<String, String> = Channel::spawn(Box::new(stream));
+    let large = format!("hang:{}", "x".repeat(REQUEST_BYTES));
+    let call = tokio::spawn({
+        let channel = channel.clone();
+        let large = large.clone();
+        async move { channel.call(large).await }
+    });
+    within("the request's write to stall", stalled)
+        .await
+        .expect("the client's stream");
+    call.abort();
+    assert!(
+        within("the call to end", call).await.is_err(),
+        "the call was not aborted"
+    );
+    serve.notify_one();
+    // The server read the whole request, ran it, and dropped it on the
+    // cancel that followed.
+    assert_eq!(within("the cancelled call's report", dropped.recv()).await, Some(large));
+    assert_eq!(
+        within("a later call", channel.call("echo:after".to_owned()))
+            .await
+            .expect("the later call's answer"),
+        "after"
+    );
+    drop(channel);
     within("the connection to end", server).await.expect("server task");
 }

@@ -1,7 +1,9 @@
-//! The client end of a connection: callers hand requests to a writer task
-//! and wait on their own one-shot answer; a reader task matches answers to
-//! callers by id. A channel to a server in this process has neither: the
-//! caller's task runs the call (`in_process.rs`).
+//! The client end of a connection: a caller alone on its channel writes its
+//! request itself, callers that come together hand theirs to a writer task
+//! that writes them at once, and each waits on its own one-shot answer; a
+//! reader task matches answers to callers by id. A channel to a server in
+//! this process has neither task: the caller's task runs the call
+//! (`in_process.rs`).
 //!
 //! Waiting callers are kept in id order (a `BTreeMap`), and when the
 //! connection ends they are all failed at once, in that order, so a
@@ -28,6 +30,11 @@ use super::{
 use crate::facade::ByteStream;
 
 type Waiter<Response> = oneshot::Sender<Result<Response, RpcError>>;
+
+/// The connection's write half, framed: shared by the writer task and a
+/// caller that writes its own request, one at a time. A frame a dropped
+/// caller left half written stays in its buffer for the next writer.
+type Frames = FramedWrite<tokio::io::WriteHalf<Box<dyn ByteStream>>, FrameCodec>;
 
 struct Shared<Response> {
     waiting: Mutex<BTreeMap<u64, Waiter<Response>>>,
@@ -63,6 +70,7 @@ enum Link<Request, Response> {
     /// Frames over a byte stream, written and read by the channel's tasks.
     Stream {
         outgoing: mpsc::Sender<ClientFrame<Request>>,
+        frames: Arc<tokio::sync::Mutex<Frames>>,
         shared: Arc<Shared<Response>>,
     },
     /// Calls a handler in this process runs in the caller's task.
@@ -72,8 +80,13 @@ enum Link<Request, Response> {
 impl<Request, Response> Clone for Channel<Request, Response> {
     fn clone(&self) -> Self {
         let link = match &self.link {
-            Link::Stream { outgoing, shared } => Link::Stream {
+            Link::Stream {
+                outgoing,
+                frames,
+                shared,
+            } => Link::Stream {
                 outgoing: outgoing.clone(),
+                frames: frames.clone(),
                 shared: shared.clone(),
             },
             Link::InProcess(server) => Link::InProcess(server.clone()),
@@ -124,10 +137,18 @@ where
             ended: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
         });
-        tokio::spawn(write_requests(write_half, requests, shared.clone()).in_current_span());
+        let frames = Arc::new(tokio::sync::Mutex::new(FramedWrite::new(
+            write_half,
+            FrameCodec::new(PEER_FRAME_BYTES_MAX),
+        )));
+        tokio::spawn(write_requests(frames.clone(), requests, shared.clone()).in_current_span());
         tokio::spawn(read_answers(read_half, shared.clone()).in_current_span());
         Channel {
-            link: Link::Stream { outgoing, shared },
+            link: Link::Stream {
+                outgoing,
+                frames,
+                shared,
+            },
         }
     }
 
@@ -135,14 +156,19 @@ where
     /// future before the answer cancels the request on the server.
     pub async fn call(&self, request: Request) -> Result<Response, RpcError> {
         match &self.link {
-            Link::Stream { outgoing, shared } => call_over_stream(outgoing, shared, request).await,
+            Link::Stream {
+                outgoing,
+                frames,
+                shared,
+            } => call_over_stream(outgoing, frames, shared, request).await,
             Link::InProcess(server) => server.call(request).await,
         }
     }
 }
 
-async fn call_over_stream<Request, Response>(
+async fn call_over_stream<Request: Serialize, Response>(
     outgoing: &mpsc::Sender<ClientFrame<Request>>,
+    frames: &tokio::sync::Mutex<Frames>,
     shared: &Shared<Response>,
     request: Request,
 ) -> Result<Response, RpcError> {
@@ -164,7 +190,30 @@ async fn call_over_stream<Request, Response>(
         shared,
         answered: false,
     };
-    if outgoing.send(ClientFrame::Call { id, request }).await.is_err() {
+    let frame = ClientFrame::Call { id, request };
+    // Alone on the channel, with no one writing, the caller writes its
+    // request itself and saves waking the writer task. Callers that come
+    // together queue theirs, to be written at once.
+    let alone = shared.waiting().len() == 1;
+    let direct = if alone { frames.try_lock().ok() } else { None };
+    let sent = match direct {
+        Some(mut frames) => {
+            let mut written = feed(&mut frames, frame).await;
+            if written.is_ok() {
+                written = frames.flush().await.map_err(|error| error.to_string());
+            }
+            match written {
+                Ok(()) => Ok(()),
+                Err(error) => {
+                    tracing::debug!(%error, "a connection failed while writing; its calls fail");
+                    shared.end();
+                    Err(())
+                }
+            }
+        }
+        None => outgoing.send(frame).await.map_err(|_| ()),
+    };
+    if sent.is_err() {
         pending.answered = true;
         shared.waiting().remove(&id);
         return Err(RpcError::Shutdown);
@@ -212,11 +261,10 @@ impl<Request, Response> Drop for PendingCall<'_, Request, Response> {
 }
 
 async fn write_requests<Request: Serialize, Response>(
-    write_half: tokio::io::WriteHalf<Box<dyn ByteStream>>,
+    frames: Arc<tokio::sync::Mutex<Frames>>,
     mut requests: mpsc::Receiver<ClientFrame<Request>>,
     shared: Arc<Shared<Response>>,
 ) {
-    let mut frames = FramedWrite::new(write_half, FrameCodec::new(PEER_FRAME_BYTES_MAX));
     while let Some(frame) = requests.recv().await {
         // Calls queued meanwhile go out in the same write (one TLS record,
         // one system call), up to a batch. While other calls wait for their
@@ -225,6 +273,7 @@ async fn write_requests<Request: Serialize, Response>(
         if shared.waiting().len() > 1 {
             tokio::task::yield_now().await;
         }
+        let mut frames = frames.lock().await;
         let mut written = feed(&mut frames, frame).await;
         for _ in 1..FRAMES_PER_WRITE_MAX {
             let Ok(frame) = requests.try_recv() else { break };
@@ -243,16 +292,13 @@ async fn write_requests<Request: Serialize, Response>(
         }
     }
     // Every clone of the channel is gone: tell the server we are done.
-    let _ = SinkExt::<Bytes>::close(&mut frames).await;
+    let _ = SinkExt::<Bytes>::close(&mut *frames.lock().await).await;
 }
 
 /// Most requests written together before a flush.
 const FRAMES_PER_WRITE_MAX: usize = 64;
 
-async fn feed<Request: Serialize>(
-    frames: &mut FramedWrite<tokio::io::WriteHalf<Box<dyn ByteStream>>, FrameCodec>,
-    frame: ClientFrame<Request>,
-) -> Result<(), String> {
+async fn feed<Request: Serialize>(frames: &mut Frames, frame: ClientFrame<Request>) -> Result<(), String> {
     let bytes = encode(&frame)?;
     frames.feed(Bytes::from(bytes)).await.map_err(|error| error.to_string())
 }
