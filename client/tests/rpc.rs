@@ -342,22 +342,40 @@ fn limits() -> rpc::ServerLimits {
     }
 }
 
-/// A server stream that counts the writes carrying bytes.
-struct CountingStream {
+/// A stream that counts the writes carrying bytes and says when a write
+/// first finds the connection full.
+struct ObservedStream {
     inner: TcpStream,
     writes: Arc<std::sync::atomic::AtomicUsize>,
+    stalled: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
-impl CountingStream {
-    fn counted<T>(&self, written: std::task::Poll<std::io::Result<T>>) -> std::task::Poll<std::io::Result<T>> {
-        if matches!(written, std::task::Poll::Ready(Ok(_))) {
-            self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+impl ObservedStream {
+    fn new(inner: TcpStream) -> Self {
+        ObservedStream {
+            inner,
+            writes: Arc::default(),
+            stalled: None,
+        }
+    }
+
+    fn observed<T>(&mut self, written: std::task::Poll<std::io::Result<T>>) -> std::task::Poll<std::io::Result<T>> {
+        match &written {
+            std::task::Poll::Ready(Ok(_)) => {
+                self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            std::task::Poll::Pending => {
+                if let Some(stalled) = self.stalled.take() {
+                    let _ = stalled.send(());
+                }
+            }
+            std::task::Poll::Ready(Err(_)) => {}
         }
         written
     }
 }
 
-impl tokio::io::AsyncRead for CountingStream {
+impl tokio::io::AsyncRead for ObservedStream {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
         context: &mut std::task::Context<'_>,
@@ -367,14 +385,14 @@ impl tokio::io::AsyncRead for CountingStream {
     }
 }
 
-impl tokio::io::AsyncWrite for CountingStream {
+impl tokio::io::AsyncWrite for ObservedStream {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,
         context: &mut std::task::Context<'_>,
         bytes: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
         let written = std::pin::Pin::new(&mut self.inner).poll_write(context, bytes);
-        self.counted(written)
+        self.observed(written)
     }
 
     fn poll_write_vectored(
@@ -383,7 +401,7 @@ impl tokio::io::AsyncWrite for CountingStream {
         buffers: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
         let written = std::pin::Pin::new(&mut self.inner).poll_write_vectored(context, buffers);
-        self.counted(written)
+        self.observed(written)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -453,7 +471,10 @@ async fn answers_finishing_together_share_a_write() {
         let writes = writes.clone();
         async move {
             let (stream, _) = listener.accept().await.expect("accepting the test's connection");
-            let stream = CountingStream { inner: stream, writes };
+            let stream = ObservedStream {
+                writes,
+                ..ObservedStream::new(stream)
+            };
             rpc::serve_connection(Box::new(stream) as Box<dyn ByteStream>, handler, limits()).await;
         }
     });
@@ -490,9 +511,9 @@ async fn calls_made_together_share_a_write() {
         .await
         .expect("connecting to the test server");
     let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let stream = CountingStream {
-        inner: stream,
+    let stream = ObservedStream {
         writes: writes.clone(),
+        ..ObservedStream::new(stream)
     };
     let channel: Channel<String, String> = Channel::spawn(Box::new(stream));
     let go = Arc::new(Notify::new());
@@ -515,52 +536,6 @@ async fn calls_made_together_share_a_write() {
     expect_answers(calls, |index| index.to_string()).await;
     let writes = writes.load(std::sync::atomic::Ordering::SeqCst);
     assert!(writes <= CALLS / 4, "{CALLS} calls made together took {writes} writes");
-}
-
-/// A server stream that says when a write first finds the connection full.
-struct StallReporting {
-    inner: TcpStream,
-    stalled: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl tokio::io::AsyncRead for StallReporting {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-        buffer: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_read(context, buffer)
-    }
-}
-
-impl tokio::io::AsyncWrite for StallReporting {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-        bytes: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let written = std::pin::Pin::new(&mut self.inner).poll_write(context, bytes);
-        if written.is_pending() {
-            if let Some(stalled) = self.stalled.take() {
-                let _ = stalled.send(());
-            }
-        }
-        written
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(context)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(context)
-    }
 }
 
 /// A client that stops reading its answers holds none of the server's
@@ -593,9 +568,9 @@ async fn calls_finish_while_answers_wait_for_a_client_that_does_not_read() {
     let (stalled_sender, stalled) = tokio::sync::oneshot::channel();
     let server = tokio::spawn(async move {
         let (stream, _) = listener.accept().await.expect("accepting the test's connection");
-        let stream = StallReporting {
-            inner: stream,
+        let stream = ObservedStream {
             stalled: Some(stalled_sender),
+            ..ObservedStream::new(stream)
         };
         rpc::serve_connection(Box::new(stream) as Box<dyn ByteStream>, handler, limits()).await;
     });
@@ -652,11 +627,13 @@ async fn a_call_dropped_while_its_request_is_half_written_leaves_the_connection_
         }
     });
     let (stalled_sender, stalled) = tokio::sync::oneshot::channel();
-    let stream = StallReporting {
-        inner: TcpStream::connect(address)
-            .await
-            .expect("connecting to the test server"),
+    let stream = ObservedStream {
         stalled: Some(stalled_sender),
+        ..ObservedStream::new(
+            TcpStream::connect(address)
+                .await
+                .expect("connecting to the test server"),
+        )
     };
     let channel: Channel<String, String> = Channel::spawn(Box::new(stream));
     let large = format!("hang:{}", "x".repeat(REQUEST_BYTES));
