@@ -197,20 +197,7 @@ async fn call_over_stream<Request: Serialize, Response>(
     let alone = shared.waiting().len() == 1;
     let direct = if alone { frames.try_lock().ok() } else { None };
     let sent = match direct {
-        Some(mut frames) => {
-            let mut written = feed(&mut frames, frame).await;
-            if written.is_ok() {
-                written = frames.flush().await.map_err(|error| error.to_string());
-            }
-            match written {
-                Ok(()) => Ok(()),
-                Err(error) => {
-                    tracing::debug!(%error, "a connection failed while writing; its calls fail");
-                    shared.end();
-                    Err(())
-                }
-            }
-        }
+        Some(mut frames) => write_batch(&mut frames, std::iter::once(frame), shared).await,
         None => outgoing.send(frame).await.map_err(|_| ()),
     };
     if sent.is_err() {
@@ -273,21 +260,9 @@ async fn write_requests<Request: Serialize, Response>(
         if shared.waiting().len() > 1 {
             tokio::task::yield_now().await;
         }
-        let mut frames = frames.lock().await;
-        let mut written = feed(&mut frames, frame).await;
-        for _ in 1..FRAMES_PER_WRITE_MAX {
-            let Ok(frame) = requests.try_recv() else { break };
-            if written.is_err() {
-                break;
-            }
-            written = feed(&mut frames, frame).await;
-        }
-        if written.is_ok() {
-            written = frames.flush().await.map_err(|error| error.to_string());
-        }
-        if let Err(error) = written {
-            tracing::debug!(%error, "a connection failed while writing; its calls fail");
-            shared.end();
+        let queued = std::iter::from_fn(|| requests.try_recv().ok()).take(FRAMES_PER_WRITE_MAX - 1);
+        let batch = std::iter::once(frame).chain(queued);
+        if write_batch(&mut *frames.lock().await, batch, &shared).await.is_err() {
             return;
         }
     }
@@ -297,6 +272,29 @@ async fn write_requests<Request: Serialize, Response>(
 
 /// Most requests written together before a flush.
 const FRAMES_PER_WRITE_MAX: usize = 64;
+
+/// Writes `batch` and flushes it once. A failure ends the connection:
+/// every waiting call fails, and so does every later one.
+async fn write_batch<Request: Serialize, Response>(
+    frames: &mut Frames,
+    batch: impl Iterator<Item = ClientFrame<Request>>,
+    shared: &Shared<Response>,
+) -> Result<(), ()> {
+    let mut written = Ok(());
+    for frame in batch {
+        written = feed(frames, frame).await;
+        if written.is_err() {
+            break;
+        }
+    }
+    if written.is_ok() {
+        written = frames.flush().await.map_err(|error| error.to_string());
+    }
+    written.map_err(|error| {
+        tracing::debug!(%error, "a connection failed while writing; its calls fail");
+        shared.end();
+    })
+}
 
 async fn feed<Request: Serialize>(frames: &mut Frames, frame: ClientFrame<Request>) -> Result<(), String> {
     let bytes = encode(&frame)?;

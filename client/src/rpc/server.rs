@@ -135,10 +135,10 @@ impl<Response: Serialize + Send + 'static> Connection<Response> {
     }
 
     /// Starts or cancels a call; `Err` ends the connection.
-    fn received<Request: Send + 'static>(
+    fn received<Request>(
         &mut self,
         frame: ClientFrame<Request>,
-        handler: &super::Handler<Request, Response>,
+        handler: &Handler<Request, Response>,
         limits: &ServerLimits,
     ) -> Result<(), String> {
         let (id, request) = match frame {
