@@ -261,8 +261,12 @@ impl Client {
 
     /// What the cluster offers; asked once, then remembered.
     pub async fn capabilities(&self) -> Result<Vec<Capability>, LodeError> {
-        let capabilities = self
-            .inner
+        Ok(self.offered().await?.clone())
+    }
+
+    /// The cluster's capabilities, asked once per client.
+    async fn offered(&self) -> Result<&Vec<Capability>, LodeError> {
+        self.inner
             .capabilities
             // Boxed: asked once per client, yet every call that requires a
             // capability would otherwise carry this call's future.
@@ -271,14 +275,14 @@ impl Client {
                     client.capabilities(context).await.map(Ok)
                 }))
             })
-            .await?;
-        Ok(capabilities.clone())
+            .await
     }
 
     /// `unsupported`, before anything else is sent, when the cluster lacks
-    /// `capability`.
+    /// `capability`. Once the capabilities are known it costs no copy of
+    /// them: every call of the SDK asks it.
     pub async fn require(&self, capability: Capability) -> Result<(), LodeError> {
-        if self.capabilities().await?.contains(&capability) {
+        if self.offered().await?.contains(&capability) {
             Ok(())
         } else {
             Err(LodeError::Unsupported(format!(
@@ -287,12 +291,19 @@ impl Client {
         }
     }
 
-    fn connections(&self) -> Vec<Arc<Connection>> {
+    fn connections_read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Connection>>> {
         self.inner
             .connections
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+    }
+
+    /// The preferred connection and its place, without copying the list:
+    /// every attempt of every call picks one.
+    fn preferred_connection(&self) -> (usize, Arc<Connection>) {
+        let connections = self.connections_read();
+        let index = self.inner.preferred.load(Ordering::Relaxed) % connections.len();
+        (index, connections[index].clone())
     }
 
     /// Points the client at `address`, adding it when it is not an endpoint yet.
@@ -319,7 +330,7 @@ impl Client {
     }
 
     fn rotate(&self, from: usize) {
-        let count = self.connections().len().max(1);
+        let count = self.connections_read().len().max(1);
         let _ = self
             .inner
             .preferred
@@ -340,13 +351,14 @@ impl Client {
         let mut uncertain: Option<String> = None;
         let mut last_error: LodeError;
         loop {
-            let connections = self.connections();
-            let index = self.inner.preferred.load(Ordering::Relaxed) % connections.len();
-            let connection = &connections[index];
+            let (index, connection) = self.preferred_connection();
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             let attempt_timeout = options.attempt_timeout.min(remaining).max(Duration::from_millis(1));
             let mut follow_hint_now = false;
-            match connection.call(attempt_timeout, &call).await {
+            // Boxed: an attempt is a future of kilobytes (the channel's
+            // call inside a timeout), and each async caller above would
+            // carry it and copy it again as it starts the one below.
+            match Box::pin(connection.call(attempt_timeout, &call)).await {
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(LodeError::NotLeader { hint: Some(hint) })) => {
                     tracing::debug!(from = connection.address(), leader = %hint.address, "following leader hint");
